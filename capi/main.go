@@ -1,0 +1,86 @@
+// Command capi is the C ABI of metalcore, built with -buildmode=c-shared.
+// It only translates: it reinterprets the host's mc_tensor pointers, calls
+// the op family, turns a failure into an mc_status plus a thread-local
+// message, and keeps Go panics from crossing into the host.
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../include -DMETALCORE_TYPES_ONLY
+#include <stddef.h>
+#include "metalcore.h"
+void mc_set_error(const char* msg, size_t n);
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/debug"
+	"unsafe"
+
+	"metalcore/internal/core"
+)
+
+// Version of the library and of the ABI it implements.
+const (
+	versionMajor = 0
+	versionMinor = 1
+	versionPatch = 0
+)
+
+var versionString = C.CString(fmt.Sprintf("%d.%d.%d", versionMajor, versionMinor, versionPatch))
+
+func main() {}
+
+// tensor reinterprets a host descriptor; core.Tensor has mc_tensor's layout
+// (checked by a test).
+func tensor(t *C.mc_tensor) *core.Tensor { return (*core.Tensor)(unsafe.Pointer(t)) }
+
+// call runs an op for the export fn and returns its status, recording the
+// message of a failure, and converting a panic into MC_ERR_INTERNAL.
+func call(fn string, op func() error) (st C.mc_status) {
+	defer func() {
+		if p := recover(); p != nil {
+			st = fail(fn, core.Errorf(core.ErrInternal, "internal error: %v\n%s", p, debug.Stack()))
+		}
+	}()
+	if err := op(); err != nil {
+		return fail(fn, err)
+	}
+	return C.MC_OK
+}
+
+func fail(fn string, err error) C.mc_status {
+	msg := fn + ": " + err.Error()
+	b := unsafe.StringData(msg)
+	C.mc_set_error((*C.char)(unsafe.Pointer(b)), C.size_t(len(msg)))
+	return C.mc_status(core.StatusOf(err))
+}
+
+//export mc_version
+func mc_version() C.int32_t {
+	return C.int32_t(versionMajor*10000 + versionMinor*100 + versionPatch)
+}
+
+//export mc_version_string
+func mc_version_string() *C.char { return versionString }
+
+//export mc_backend_available
+func mc_backend_available(deviceType C.int32_t) C.int32_t {
+	if deviceType == core.DeviceCPU {
+		return 1
+	}
+	return 0
+}
+
+// core.Tensor must have mc_tensor's exact layout: these constants fail to
+// compile (negative array length) when a size or an offset differs.
+var (
+	_ [unsafe.Sizeof(core.Tensor{}) - C.sizeof_mc_tensor]byte
+	_ [C.sizeof_mc_tensor - unsafe.Sizeof(core.Tensor{})]byte
+	_ [unsafe.Offsetof(core.Tensor{}.Shape) - unsafe.Offsetof(C.mc_tensor{}.shape)]byte
+	_ [unsafe.Offsetof(C.mc_tensor{}.shape) - unsafe.Offsetof(core.Tensor{}.Shape)]byte
+	_ [unsafe.Offsetof(core.Tensor{}.ByteOffset) - unsafe.Offsetof(C.mc_tensor{}.byte_offset)]byte
+	_ [unsafe.Offsetof(C.mc_tensor{}.byte_offset) - unsafe.Offsetof(core.Tensor{}.ByteOffset)]byte
+	_ [unsafe.Offsetof(core.Tensor{}.Code) - unsafe.Offsetof(C.mc_tensor{}.dtype)]byte
+	_ [unsafe.Offsetof(C.mc_tensor{}.dtype) - unsafe.Offsetof(core.Tensor{}.Code)]byte
+)

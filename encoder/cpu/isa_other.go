@@ -1,0 +1,9 @@
+//go:build !(goexperiment.simd && amd64)
+
+package cpu
+
+import "metalcore/encoder/cpu/simd"
+
+// Without GOEXPERIMENT=simd on amd64 (and on every other architecture) only
+// the portable implementation exists.
+func isaTables() []*simd.Table { return nil }

@@ -1,0 +1,77 @@
+package cpu
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// The pool is the Go scheduler itself: Parallel starts at most Threads()
+// goroutines per call and waits for them, so idle workers cost nothing.
+var (
+	threads atomic.Int32
+	// startPID detects a fork: the child keeps only the forking thread, so
+	// it must not wait on goroutines that need other threads.
+	startPID = os.Getpid()
+)
+
+func init() {
+	n := runtime.NumCPU()
+	if v, err := strconv.Atoi(os.Getenv("MC_NUM_THREADS")); err == nil && v > 0 {
+		n = v
+	}
+	threads.Store(int32(n))
+}
+
+// Threads is how many goroutines one call may use.
+func Threads() int { return int(threads.Load()) }
+
+// SetThreads changes it (n < 1 means 1).
+func SetThreads(n int) { threads.Store(int32(max(n, 1))) }
+
+// Chunk is the number of elements kernels handle at once: small enough that
+// a few float32 chunks per worker stay in L1.
+const Chunk = 1024
+
+// Scratch is one worker's float32 chunk buffers.
+type Scratch struct{ B [6][Chunk]float32 }
+
+var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
+
+// Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), each piece
+// at least grain long where n allows, and returns when all are done.
+func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
+	if n <= 0 {
+		return
+	}
+	pieces := min(Threads(), (n+grain-1)/max(grain, 1))
+	if pieces > 1 && os.Getpid() != startPID {
+		pieces = 1
+	}
+	if pieces <= 1 {
+		run(0, n, fn)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 1; p < pieces; p++ {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			run(lo, hi, fn)
+		}(p*n/pieces, (p+1)*n/pieces)
+	}
+	run(0, n/pieces, fn)
+	wg.Wait()
+}
+
+func run(lo, hi int, fn func(lo, hi int, s *Scratch)) {
+	s := scratchPool.Get().(*Scratch)
+	defer scratchPool.Put(s)
+	fn(lo, hi, s)
+}
+
+// RowGrain is how many rows of width cols one piece of Parallel takes at
+// least, so that a piece is worth a goroutine.
+func RowGrain(cols int) int { return max(1, 16384/max(cols, 1)) }

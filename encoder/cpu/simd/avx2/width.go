@@ -1,0 +1,32 @@
+//go:build goexperiment.simd && amd64
+
+package avx2
+
+import "simd/archsimd"
+
+// The width-specific part of the template: vector types and the few
+// operations whose names carry the width.
+
+const W = 8
+
+type (
+	vf = archsimd.Float32x8
+	vi = archsimd.Int32x8
+)
+
+const isaName = "avx2"
+
+func loadF(s []float32) vf     { return archsimd.LoadFloat32x8Slice(s) }
+func storeF(v vf, s []float32) { v.StoreSlice(s) }
+func splat(f float32) vf       { return archsimd.BroadcastFloat32x8(f) }
+func splatI(i int32) vi        { return archsimd.BroadcastInt32x8(i) }
+func asI(v vf) vi              { return v.AsInt32x8() }
+func asF(v vi) vf              { return v.AsFloat32x8() }
+func loadU16(s []uint16) vi    { return archsimd.LoadUint16x8Slice(s).ExtendToUint32().AsInt32x8() }
+
+// storeU16 narrows with VPACKUSDW (AVX2 has no truncating narrow): mask to
+// 16 bits first so the signed saturation cannot clamp.
+func storeU16(v vi, s []uint16) {
+	v = v.And(splatI(0xffff))
+	v.GetLo().SaturateToUint16Concat(v.GetHi()).StoreSlice(s)
+}

@@ -1,0 +1,134 @@
+package simd
+
+import "math"
+
+// Portable is the pure-Go implementation: the fallback on every platform and
+// the tail loop of the vector ones.
+var Portable = Table{
+	Name:  "portable",
+	Sum:   func(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) },
+	SumSq: func(x []float32) float32 { return reduce(x, x, func(a, b float32) float32 { return a * b }) },
+	Dot:   func(a, b []float32) float32 { return reduce(a, b, func(a, b float32) float32 { return a * b }) },
+	Max: func(x []float32) float32 {
+		m := negInf
+		for _, v := range x {
+			if v > m || v != v {
+				m = v
+			}
+		}
+		return m
+	},
+	ExpSum: func(x []float32, m float32) float32 {
+		var s float32
+		for _, v := range x {
+			s += Exp32(v - m)
+		}
+		return s
+	},
+	ExpScale: func(dst, x []float32, m, s float32) {
+		for i, v := range x {
+			dst[i] = Exp32(v-m) * s
+		}
+	},
+	Add: func(dst, a, b []float32) {
+		for i := range dst {
+			dst[i] = a[i] + b[i]
+		}
+	},
+	Mul: func(dst, a, b []float32) {
+		for i := range dst {
+			dst[i] = a[i] * b[i]
+		}
+	},
+	Normalize: NormalizeScalar,
+	NormGrad: func(dst, g, x []float32, c, d, s float32) {
+		for i := range dst {
+			dst[i] = s * (g[i] - c*x[i] - d)
+		}
+	},
+	SoftmaxGrad: func(dst, y, dy []float32, d float32) {
+		for i := range dst {
+			dst[i] = y[i] * (dy[i] - d)
+		}
+	},
+	FMAcc: func(acc, a, b []float32, s float32) {
+		for i := range acc {
+			acc[i] += a[i] * b[i] * s
+		}
+	},
+	GeluErf:      unary(GeluErf32),
+	GeluTanh:     unary(GeluTanh32),
+	Silu:         unary(Silu32),
+	GeluErfGrad:  binary(GeluErfGrad32),
+	GeluTanhGrad: binary(GeluTanhGrad32),
+	SiluGrad:     binary(SiluGrad32),
+	BF16ToF32:    widen(BF16ToF32),
+	F16ToF32:     widen(F16ToF32),
+	F32ToBF16:    narrow(F32ToBF16),
+	F32ToF16:     narrow(F32ToF16),
+}
+
+var negInf = float32(math.Inf(-1))
+
+// reduce sums f(a[i], b[i]) with four accumulators (the vector kernels'
+// summation order is not reproduced; both are fp32).
+func reduce(a, b []float32, f func(a, b float32) float32) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += f(a[i], b[i])
+		s1 += f(a[i+1], b[i+1])
+		s2 += f(a[i+2], b[i+2])
+		s3 += f(a[i+3], b[i+3])
+	}
+	for ; i < len(a); i++ {
+		s0 += f(a[i], b[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// NormalizeScalar is dst = (x - mean) * rstd * w + b with optional w, b.
+func NormalizeScalar(dst, x, w, b []float32, mean, rstd float32) {
+	for i := range dst {
+		v := (x[i] - mean) * rstd
+		if w != nil {
+			v *= w[i]
+		}
+		if b != nil {
+			v += b[i]
+		}
+		dst[i] = v
+	}
+}
+
+func unary(f func(float32) float32) func(dst, x []float32) {
+	return func(dst, x []float32) {
+		for i, v := range x {
+			dst[i] = f(v)
+		}
+	}
+}
+
+func binary(f func(dy, x float32) float32) func(dst, dy, x []float32) {
+	return func(dst, dy, x []float32) {
+		for i, v := range x {
+			dst[i] = f(dy[i], v)
+		}
+	}
+}
+
+func widen(f func(uint16) float32) func([]float32, []uint16) {
+	return func(dst []float32, src []uint16) {
+		for i, v := range src {
+			dst[i] = f(v)
+		}
+	}
+}
+
+func narrow(f func(float32) uint16) func([]uint16, []float32) {
+	return func(dst []uint16, src []float32) {
+		for i, v := range src {
+			dst[i] = f(v)
+		}
+	}
+}

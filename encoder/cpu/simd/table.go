@@ -1,0 +1,45 @@
+// Package simd declares the vector primitives the CPU kernels are built from
+// and their portable Go implementation. Per-ISA implementations live in the
+// subpackages (avx512, avx2); encoder/cpu picks one at run time.
+//
+// Every primitive works on float32 slices; dst may be the same slice as an
+// input (elementwise in place) but must not otherwise overlap one. The 16-bit
+// conversions round to nearest even and keep NaN a NaN.
+package simd
+
+// Table is one implementation of every primitive.
+type Table struct {
+	Name string
+
+	Sum   func(x []float32) float32
+	SumSq func(x []float32) float32
+	Max   func(x []float32) float32
+	Dot   func(a, b []float32) float32
+	// ExpSum is sum(exp(x - m)).
+	ExpSum func(x []float32, m float32) float32
+	// ExpScale is dst = exp(x - m) * s.
+	ExpScale func(dst, x []float32, m, s float32)
+
+	Add func(dst, a, b []float32) // dst = a + b
+	Mul func(dst, a, b []float32) // dst = a * b
+	// Normalize is dst = (x - mean) * rstd * w + b; w and b may be nil.
+	Normalize func(dst, x, w, b []float32, mean, rstd float32)
+	// NormGrad is dst = s * (g - c*x - d), the input gradient of both norms.
+	NormGrad func(dst, g, x []float32, c, d, s float32)
+	// SoftmaxGrad is dst = y * (dy - d).
+	SoftmaxGrad func(dst, y, dy []float32, d float32)
+	// FMAcc is acc += a * b * s.
+	FMAcc func(acc, a, b []float32, s float32)
+
+	GeluErf      func(dst, x []float32)
+	GeluTanh     func(dst, x []float32)
+	Silu         func(dst, x []float32)
+	GeluErfGrad  func(dst, dy, x []float32)
+	GeluTanhGrad func(dst, dy, x []float32)
+	SiluGrad     func(dst, dy, x []float32)
+
+	BF16ToF32 func(dst []float32, src []uint16)
+	F16ToF32  func(dst []float32, src []uint16)
+	F32ToBF16 func(dst []uint16, src []float32)
+	F32ToF16  func(dst []uint16, src []float32)
+}

@@ -1,0 +1,87 @@
+package cpu
+
+import (
+	"unsafe"
+
+	"metalcore/internal/core"
+)
+
+// Span is tensor memory of one dtype that kernels read and write as float32
+// chunks: float32 memory directly, 16-bit memory converted through a
+// scratch buffer. A nil P is an absent optional tensor.
+type Span struct {
+	P  unsafe.Pointer
+	DT core.DType
+}
+
+// RowSpan is row r of v.
+func RowSpan(v *core.View, r int) Span { return Span{v.RowPtr(r), v.DType} }
+
+// OptRowSpan is row r of v, or an absent Span for a nil view.
+func OptRowSpan(v *core.View, r int) Span {
+	if v == nil {
+		return Span{}
+	}
+	return RowSpan(v, r)
+}
+
+// At is the span starting off elements further.
+func (s Span) At(off int) Span { return Span{unsafe.Add(s.P, off*s.DT.Size()), s.DT} }
+
+func (s Span) f32(off, n int) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Add(s.P, off*4)), n)
+}
+
+func (s Span) u16(off, n int) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Add(s.P, off*2)), n)
+}
+
+// Load returns elements [off, off+n) as float32 (nil for an absent span),
+// converting into buf when the memory is not float32.
+func (s Span) Load(off, n int, buf *[Chunk]float32) []float32 {
+	switch {
+	case s.P == nil:
+		return nil
+	case s.DT == core.F32:
+		return s.f32(off, n)
+	case s.DT == core.BF16:
+		K().BF16ToF32(buf[:n], s.u16(off, n))
+	default:
+		K().F16ToF32(buf[:n], s.u16(off, n))
+	}
+	return buf[:n]
+}
+
+// Out is where a kernel should write elements [off, off+n) before Store:
+// the float32 memory itself, or buf.
+func (s Span) Out(off, n int, buf *[Chunk]float32) []float32 {
+	if s.DT == core.F32 {
+		return s.f32(off, n)
+	}
+	return buf[:n]
+}
+
+// Store writes v to elements [off, off+len(v)), rounding to the dtype; a
+// no-op when v came from Out on float32 memory.
+func (s Span) Store(off int, v []float32) {
+	n := len(v)
+	switch {
+	case n == 0:
+	case s.DT == core.F32:
+		if d := s.f32(off, n); &d[0] != &v[0] {
+			copy(d, v)
+		}
+	case s.DT == core.BF16:
+		K().F32ToBF16(s.u16(off, n), v)
+	default:
+		K().F32ToF16(s.u16(off, n), v)
+	}
+}
+
+// Float32s views a float32 tensor's memory (per-row statistics, workspace).
+func Float32s(p unsafe.Pointer, n int) []float32 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(p), n)
+}

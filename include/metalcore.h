@@ -1,0 +1,130 @@
+/*
+ * metalcore — fused tensor kernels behind a plain C ABI.
+ *
+ * The host passes tensors it owns (laid out exactly like DLPack's DLTensor) and
+ * the queue it is recording on; metalcore validates the call, encodes the kernel
+ * there and returns. It never commits, waits, synchronizes or allocates device
+ * memory behind the host's back.
+ *
+ *   - CPU tensors (device type 1): the encoder argument is NULL and the op runs
+ *     now, on the calling thread plus the library's worker pool.
+ *   - CUDA (2) and Metal (8): reserved; this build reports them unavailable.
+ *
+ * Every op returns an mc_status. On any status other than MC_OK no output byte
+ * was written and nothing was enqueued; mc_last_error() then names the
+ * function, the argument and the problem (thread-local).
+ *
+ * Dtypes: float32, float16, bfloat16; arithmetic always accumulates in float32
+ * and 16-bit results are rounded to nearest even. The reduced (last) dimension
+ * must be contiguous; outer dimensions may carry any strides. An output may
+ * alias its matching input exactly (same data, shape and strides: in place);
+ * any other overlap between tensors of one call is rejected. Empty tensors are
+ * valid and do nothing.
+ *
+ * C99 and C++ clean. Link with -ldl and dlopen("libmetalcore.so"), or link it.
+ */
+#ifndef METALCORE_H
+#define METALCORE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    MC_OK = 0,
+    MC_ERR_INVALID_ARGUMENT = 1,   /* NULL, wrong shape, overlap, bad value     */
+    MC_ERR_UNSUPPORTED_DTYPE = 2,  /* dtype not float32/float16/bfloat16, mixed */
+    MC_ERR_UNSUPPORTED_DEVICE = 3, /* device type unknown or backend missing    */
+    MC_ERR_UNSUPPORTED_LAYOUT = 4, /* reduced dimension not contiguous, ...     */
+    MC_ERR_BACKEND = 5,            /* the device runtime refused the work       */
+    MC_ERR_INTERNAL = 6            /* a bug in metalcore; please report it      */
+} mc_status;
+
+enum { MC_DEVICE_CPU = 1, MC_DEVICE_CUDA = 2, MC_DEVICE_METAL = 8 }; /* DLPack codes */
+enum { MC_DTYPE_FLOAT = 2, MC_DTYPE_BFLOAT = 4 };                    /* DLPack codes */
+
+typedef struct { int32_t device_type; int32_t device_id; } mc_device;    /* = DLDevice   */
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } mc_dtype; /* = DLDataType */
+
+/* = DLTensor. strides (in elements) may be NULL: row-major contiguous. */
+typedef struct {
+    void* data;
+    mc_device device;
+    int32_t ndim;
+    mc_dtype dtype;
+    int64_t* shape;
+    int64_t* strides;
+    uint64_t byte_offset;
+} mc_tensor;
+
+#ifndef METALCORE_TYPES_ONLY
+
+/* ---- queries; these never fail ---------------------------------------- */
+
+int32_t     mc_version(void);        /* major*10000 + minor*100 + patch */
+const char* mc_version_string(void);
+int32_t     mc_backend_available(int32_t device_type); /* 1 or 0 */
+const char* mc_last_error(void);     /* this thread's last failure, "" if none */
+
+/* ---- RMSNorm ------------------------------------------------------------
+ * x [..., H]; weight [H] or NULL; y like x (may be x);
+ * rstd float32 with one value per row ([rows] or x's shape without H), or
+ * NULL: saved for the backward pass. y = x / sqrt(mean(x^2) + eps) * weight. */
+mc_status mc_rmsnorm_fwd(const mc_tensor* x, const mc_tensor* weight, float eps,
+                         mc_tensor* y, mc_tensor* rstd, void* encoder);
+
+/* Bytes of workspace mc_rmsnorm_bwd needs to reduce dweight over rows (0 when
+ * x is empty). */
+mc_status mc_rmsnorm_bwd_workspace_size(const mc_tensor* x, int64_t* bytes);
+
+/* dy, x [..., H]; weight [H] or NULL; rstd from the forward pass (required);
+ * dx like x (may be dy); dweight like weight, or NULL to skip it (must be NULL
+ * when weight is NULL); workspace: 1-D uint8 or float32 of at least the
+ * queried size, NULL when dweight is NULL. dweight is deterministic. */
+mc_status mc_rmsnorm_bwd(const mc_tensor* dy, const mc_tensor* x, const mc_tensor* weight,
+                         const mc_tensor* rstd, mc_tensor* dx, mc_tensor* dweight,
+                         mc_tensor* workspace, void* encoder);
+
+/* residual_out = x + residual (rounded to the dtype; may be residual);
+ * y = rmsnorm(residual_out) * weight (may be x); rstd as in mc_rmsnorm_fwd. */
+mc_status mc_fused_add_rmsnorm_fwd(const mc_tensor* x, const mc_tensor* residual,
+                                   const mc_tensor* weight, float eps, mc_tensor* y,
+                                   mc_tensor* residual_out, mc_tensor* rstd, void* encoder);
+
+/* ---- LayerNorm ----------------------------------------------------------
+ * x [..., H]; weight, bias [H] or NULL; y like x (may be x); mean and rstd
+ * float32 per row, or NULL. y = (x - mean) * rstd * weight + bias. */
+mc_status mc_layernorm_fwd(const mc_tensor* x, const mc_tensor* weight, const mc_tensor* bias,
+                           float eps, mc_tensor* y, mc_tensor* mean, mc_tensor* rstd,
+                           void* encoder);
+mc_status mc_layernorm_bwd_workspace_size(const mc_tensor* x, int64_t* bytes);
+/* mean and rstd from the forward pass are required; dweight/dbias may each be
+ * NULL (dweight must be NULL when weight is); workspace needed when either is
+ * requested. dx may be dy. */
+mc_status mc_layernorm_bwd(const mc_tensor* dy, const mc_tensor* x, const mc_tensor* weight,
+                           const mc_tensor* mean, const mc_tensor* rstd, mc_tensor* dx,
+                           mc_tensor* dweight, mc_tensor* dbias, mc_tensor* workspace,
+                           void* encoder);
+
+/* ---- softmax over the last dimension ------------------------------------ */
+mc_status mc_softmax_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
+/* dx = y * (dy - sum(dy * y)); dx may be dy. */
+mc_status mc_softmax_bwd(const mc_tensor* dy, const mc_tensor* y, mc_tensor* dx, void* encoder);
+
+/* ---- activations (elementwise, any shape) -------------------------------- */
+enum { MC_GELU_ERF = 0, MC_GELU_TANH = 1 };
+mc_status mc_gelu_fwd(const mc_tensor* x, int32_t approximate, mc_tensor* y, void* encoder);
+mc_status mc_gelu_bwd(const mc_tensor* dy, const mc_tensor* x, int32_t approximate,
+                      mc_tensor* dx, void* encoder);
+mc_status mc_silu_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
+mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, void* encoder);
+
+#endif /* METALCORE_TYPES_ONLY */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* METALCORE_H */

@@ -1,0 +1,200 @@
+package core
+
+import "unsafe"
+
+// Call validates one op call. Arguments are registered in order; the first
+// failure is kept and later checks are skipped, so an op reads as a flat
+// list of requirements ending in Done.
+type Call struct {
+	err     error
+	views   [maxArgs]View
+	n       int
+	inputs  []*View
+	outputs []*View
+	aliases []Alias
+	absent  View
+}
+
+const maxArgs = 10
+
+func (c *Call) add(name string, t *Tensor, optional, output bool) *View {
+	if c.err != nil || (optional && t == nil) {
+		return nil
+	}
+	v, err := Check(name, t)
+	if err != nil {
+		c.err = err
+		return nil
+	}
+	c.views[c.n] = v
+	p := &c.views[c.n]
+	c.n++
+	if output {
+		c.outputs = append(c.outputs, p)
+	} else {
+		c.inputs = append(c.inputs, p)
+	}
+	return p
+}
+
+// In registers a required input tensor.
+func (c *Call) In(name string, t *Tensor) *View { return c.add(name, t, false, false) }
+
+// OptIn registers an optional input: nil when t is NULL.
+func (c *Call) OptIn(name string, t *Tensor) *View { return c.add(name, t, true, false) }
+
+// Out registers a required output tensor.
+func (c *Call) Out(name string, t *Tensor) *View { return c.add(name, t, false, true) }
+
+// OptOut registers an optional output: nil when t is NULL.
+func (c *Call) OptOut(name string, t *Tensor) *View { return c.add(name, t, true, true) }
+
+// Check runs f unless an earlier check failed; f may assume every required
+// view registered so far is non-nil.
+func (c *Call) Check(f func() error) {
+	if c.err == nil {
+		c.err = f()
+	}
+}
+
+// Fail records err unless an earlier check failed.
+func (c *Call) Fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// AllowInPlace lets out alias in exactly.
+func (c *Call) AllowInPlace(out, in *View) {
+	if out != nil && in != nil {
+		c.aliases = append(c.aliases, Alias{out, in})
+	}
+}
+
+// Done finishes validation: every tensor on one device, an encoder that
+// fits it, no forbidden overlap. It returns the first failure.
+func (c *Call) Done(encoder unsafe.Pointer) error {
+	if c.err != nil {
+		return c.err
+	}
+	all := make([]*View, 0, maxArgs)
+	all = append(append(all, c.inputs...), c.outputs...)
+	if len(all) > 0 {
+		if err := SameDevice(all...); err != nil {
+			return err
+		}
+		if all[0].DeviceType == DeviceCPU && encoder != nil {
+			return Errorf(ErrInvalidArgument, "encoder must be NULL for CPU tensors")
+		}
+	}
+	return CheckOverlap(c.inputs, c.outputs, c.aliases...)
+}
+
+// RowStats checks a per-row float32 output or input (rstd, mean): one
+// contiguous value per row of x, shaped [rows] or like x without its last
+// dimension.
+func RowStats(v, x *View) error {
+	if v == nil {
+		return nil
+	}
+	if err := WantDType(v, F32); err != nil {
+		return err
+	}
+	if err := WantVector(v, x.Rows, Outer(x)); err != nil {
+		return err
+	}
+	return WantContiguous(v)
+}
+
+// WantRows requires x to have at least one dimension (the reduced one).
+func WantRows(x *View) error {
+	if len(x.Shape) == 0 {
+		return Errorf(ErrInvalidArgument, "%s is 0-d; it needs a last dimension to reduce over", x.Name)
+	}
+	return nil
+}
+
+// LikeX requires each view to have x's shape and dtype.
+func LikeX(x *View, vs ...*View) error {
+	for _, v := range vs {
+		if v == nil {
+			continue
+		}
+		if err := SameShape(x, v); err != nil {
+			return err
+		}
+		if err := SameDType(x, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PerColumn requires each (optional) view to be [cols] of x's dtype and
+// contiguous: weight, bias and their gradients.
+func PerColumn(x *View, vs ...*View) error {
+	for _, v := range vs {
+		if v == nil {
+			continue
+		}
+		if err := SameDType(x, v); err != nil {
+			return err
+		}
+		if err := WantVector(v, x.Cols, nil); err != nil {
+			return err
+		}
+		if err := WantContiguous(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Workspace registers a caller-owned scratch tensor: 1-D uint8 or float32,
+// contiguous, 4-byte aligned, at least need bytes. It is viewed as float32
+// and must not overlap any other tensor of the call. NULL is accepted (and
+// nil returned) only when need is 0.
+func (c *Call) Workspace(name string, t *Tensor, need int64) *View {
+	if c.err != nil {
+		return nil
+	}
+	if t == nil {
+		if need > 0 {
+			c.err = Errorf(ErrInvalidArgument, "%s is NULL but %d bytes are needed", name, need)
+		}
+		return nil
+	}
+	f := *t
+	switch {
+	case t.Lanes == 1 && t.Code == codeUInt && t.Bits == 8:
+		f.Code, f.Bits = codeFloat, 32
+	case t.Lanes == 1 && t.Code == codeFloat && t.Bits == 32:
+	default:
+		c.err = Errorf(ErrUnsupportedDType, "%s has dtype (code %d, bits %d, lanes %d); a workspace is uint8 or float32",
+			name, t.Code, t.Bits, t.Lanes)
+		return nil
+	}
+	bytesPerElem := int64(t.Bits / 8)
+	if t.NDim != 1 || t.Shape == nil {
+		c.err = Errorf(ErrInvalidArgument, "%s must be 1-D", name)
+		return nil
+	}
+	size := *t.Shape * bytesPerElem
+	if *t.Shape < 0 || size < need {
+		c.err = Errorf(ErrInvalidArgument, "%s has %d bytes, %d are needed", name, max(size, 0), need)
+		return nil
+	}
+	floats := size / 4
+	f.Shape = &floats
+	v := c.Out(name, &f)
+	if v == nil {
+		return nil
+	}
+	switch {
+	case !v.Contiguous:
+		c.err = Errorf(ErrUnsupportedLayout, "%s must be contiguous", name)
+	case uintptr(v.Base)%4 != 0:
+		c.err = Errorf(ErrInvalidArgument, "%s data must be 4-byte aligned", name)
+	}
+	return v
+}

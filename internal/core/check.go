@@ -1,0 +1,163 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+)
+
+// SameShape requires b to have a's shape.
+func SameShape(a, b *View) error {
+	if !equalShape(a.Shape, b.Shape) {
+		return Errorf(ErrInvalidArgument, "%s has shape %v, %s has shape %v", b.Name, b.Shape, a.Name, a.Shape)
+	}
+	return nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SameDType requires every view to have the dtype of the first.
+func SameDType(vs ...*View) error {
+	for _, v := range vs[1:] {
+		if v.DType != vs[0].DType {
+			return Errorf(ErrUnsupportedDType, "%s is %s but %s is %s (mixed dtypes)", v.Name, v.DType, vs[0].Name, vs[0].DType)
+		}
+	}
+	return nil
+}
+
+// WantDType requires v to have dtype d.
+func WantDType(v *View, d DType) error {
+	if v.DType != d {
+		return Errorf(ErrUnsupportedDType, "%s is %s, must be %s", v.Name, v.DType, d)
+	}
+	return nil
+}
+
+// SameDevice requires every view to live on the device of the first.
+func SameDevice(vs ...*View) error {
+	for _, v := range vs[1:] {
+		if v.DeviceType != vs[0].DeviceType || v.DeviceID != vs[0].DeviceID {
+			return Errorf(ErrInvalidArgument, "%s is on device (%d, %d) but %s is on device (%d, %d)",
+				v.Name, v.DeviceType, v.DeviceID, vs[0].Name, vs[0].DeviceType, vs[0].DeviceID)
+		}
+	}
+	return nil
+}
+
+// WantVector requires v to be 1-D with n elements, or, when outer is given,
+// to have exactly the shape outer (a per-row tensor shaped like x[..., :1]
+// without its last dimension).
+func WantVector(v *View, n int, outer []int64) error {
+	if len(v.Shape) == 1 && int(v.Shape[0]) == n {
+		return nil
+	}
+	if outer != nil && equalShape(v.Shape, outer) {
+		return nil
+	}
+	return Errorf(ErrInvalidArgument, "%s has shape %v, want [%d]", v.Name, v.Shape, n)
+}
+
+// WantContiguous requires a row-major contiguous view.
+func WantContiguous(v *View) error {
+	if !v.Contiguous {
+		return Errorf(ErrUnsupportedLayout, "%s must be contiguous", v.Name)
+	}
+	return nil
+}
+
+// Outer is x's shape without its last dimension.
+func Outer(x *View) []int64 {
+	if len(x.Shape) == 0 {
+		return x.Shape
+	}
+	return x.Shape[:len(x.Shape)-1]
+}
+
+// Alias names an output that may share memory exactly with an input (in
+// place): same base, shape and strides.
+type Alias struct{ Out, In *View }
+
+// CheckOverlap rejects outputs that overlap themselves (repeated elements
+// through zero or crossing strides), each other, or an input, except an
+// output that exactly aliases its allowed input.
+func CheckOverlap(inputs, outputs []*View, allowed ...Alias) error {
+	for i, o := range outputs {
+		if o.N == 0 {
+			continue
+		}
+		if err := selfOverlap(o); err != nil {
+			return err
+		}
+		for _, p := range outputs[:i] {
+			if overlaps(o, p) {
+				return Errorf(ErrInvalidArgument, "%s overlaps %s", o.Name, p.Name)
+			}
+		}
+		for _, in := range inputs {
+			if !overlaps(o, in) || exactAlias(o, in, allowed) {
+				continue
+			}
+			if o.Base == in.Base && equalShape(o.Shape, in.Shape) {
+				return Errorf(ErrInvalidArgument, "%s aliases %s, which this op does not allow in place", o.Name, in.Name)
+			}
+			return Errorf(ErrInvalidArgument, "%s partially overlaps %s", o.Name, in.Name)
+		}
+	}
+	return nil
+}
+
+func overlaps(a, b *View) bool {
+	return a.N > 0 && b.N > 0 && a.lo < b.hi && b.lo < a.hi
+}
+
+func exactAlias(o, in *View, allowed []Alias) bool {
+	for _, a := range allowed {
+		if a.Out == o && a.In == in {
+			return o.Base == in.Base && o.DType == in.DType && equalShape(o.Shape, in.Shape) &&
+				equalShape(o.Strides, in.Strides)
+		}
+	}
+	return false
+}
+
+// selfOverlap reports an output whose strides may map two indices to one
+// address: sorted by stride, each dimension must step past the whole extent
+// of the smaller ones.
+func selfOverlap(v *View) error {
+	if v.Strides == nil {
+		return nil
+	}
+	type dim struct{ size, stride int64 }
+	dims := make([]dim, 0, len(v.Shape))
+	for i, s := range v.Shape {
+		if s > 1 {
+			st := v.Strides[i]
+			if st < 0 {
+				st = -st
+			}
+			dims = append(dims, dim{s, st})
+		}
+	}
+	sort.Slice(dims, func(i, j int) bool { return dims[i].stride < dims[j].stride })
+	span := int64(1)
+	for _, d := range dims {
+		if d.stride < span {
+			return Errorf(ErrInvalidArgument, "%s has strides %v that make elements overlap", v.Name, v.Strides)
+		}
+		span += d.stride * (d.size - 1)
+	}
+	return nil
+}
+
+// String is for messages: "float32 [2 3]".
+func (v *View) String() string { return fmt.Sprintf("%s %v", v.DType, v.Shape) }

@@ -1,0 +1,236 @@
+package core
+
+import (
+	"math"
+	"math/bits"
+	"unsafe"
+)
+
+// Device types (DLPack codes).
+const (
+	DeviceCPU   = 1
+	DeviceCUDA  = 2
+	DeviceMetal = 8
+)
+
+// MaxDims bounds ndim so that a garbage descriptor cannot make validation
+// walk far into memory.
+const MaxDims = 32
+
+// Tensor has exactly the memory layout of mc_tensor / DLTensor, so capi can
+// reinterpret the host's pointer without copying.
+type Tensor struct {
+	Data       unsafe.Pointer
+	DeviceType int32
+	DeviceID   int32
+	NDim       int32
+	Code       uint8
+	Bits       uint8
+	Lanes      uint16
+	Shape      *int64
+	Strides    *int64
+	ByteOffset uint64
+}
+
+// DType is an element type metalcore computes on.
+type DType uint8
+
+const (
+	F32 DType = iota + 1
+	F16
+	BF16
+)
+
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case F16:
+		return "float16"
+	case BF16:
+		return "bfloat16"
+	}
+	return "invalid"
+}
+
+// DLPack type codes.
+const (
+	codeFloat  = 2
+	codeBFloat = 4
+	codeUInt   = 1
+)
+
+// View is a validated tensor: element type, shape, and the layout facts the
+// kernels and the overlap checks need. Shape and Strides point at the
+// caller's memory; a View is only used during the call that made it.
+type View struct {
+	Name       string
+	Base       unsafe.Pointer // data + byte_offset
+	DType      DType
+	DeviceType int32
+	DeviceID   int32
+	Shape      []int64
+	Strides    []int64 // nil when row-major contiguous
+	N          int     // number of elements
+	Cols       int     // size of the last dimension (1 for 0-d)
+	Rows       int     // N / Cols (0 when empty)
+	Contiguous bool
+	lo, hi     uintptr // byte extent [lo, hi), empty when N == 0
+}
+
+// Check validates a tensor argument: not NULL, a sane descriptor, a supported
+// device and dtype, sizes without overflow, and a contiguous last dimension.
+func Check(name string, t *Tensor) (View, error) {
+	v := View{Name: name}
+	if t == nil {
+		return v, Errorf(ErrInvalidArgument, "%s is NULL", name)
+	}
+	if err := checkDevice(name, t.DeviceType); err != nil {
+		return v, err
+	}
+	dt, err := dtypeOf(name, t)
+	if err != nil {
+		return v, err
+	}
+	if t.NDim < 0 || t.NDim > MaxDims {
+		return v, Errorf(ErrInvalidArgument, "%s has ndim %d (must be 0..%d)", name, t.NDim, MaxDims)
+	}
+	if t.NDim > 0 && t.Shape == nil {
+		return v, Errorf(ErrInvalidArgument, "%s has a NULL shape with ndim %d", name, t.NDim)
+	}
+	v.DType, v.DeviceType, v.DeviceID = dt, t.DeviceType, t.DeviceID
+	if t.NDim > 0 {
+		v.Shape = unsafe.Slice(t.Shape, t.NDim)
+		if t.Strides != nil {
+			v.Strides = unsafe.Slice(t.Strides, t.NDim)
+		}
+	}
+	n := uint64(1)
+	for i, s := range v.Shape {
+		if s < 0 {
+			return v, Errorf(ErrInvalidArgument, "%s has negative size %d in dimension %d", name, s, i)
+		}
+		hi, lo := bits.Mul64(n, uint64(s))
+		if hi != 0 || lo > math.MaxInt64/8 {
+			return v, Errorf(ErrInvalidArgument, "%s has too many elements (size overflow)", name)
+		}
+		n = lo
+	}
+	v.N = int(n)
+	v.Cols = 1
+	if len(v.Shape) > 0 {
+		v.Cols = int(v.Shape[len(v.Shape)-1])
+	}
+	if v.N > 0 {
+		v.Rows = v.N / v.Cols
+		if t.Data == nil {
+			return v, Errorf(ErrInvalidArgument, "%s has NULL data", name)
+		}
+	}
+	v.Base = unsafe.Add(t.Data, t.ByteOffset)
+	if err := v.layout(); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+func checkDevice(name string, dev int32) error {
+	switch dev {
+	case DeviceCPU:
+		return nil
+	case DeviceCUDA:
+		return Errorf(ErrUnsupportedDevice, "%s is a CUDA tensor: the CUDA backend is not available in this build", name)
+	case DeviceMetal:
+		return Errorf(ErrUnsupportedDevice, "%s is a Metal tensor: the Metal backend is not available on this platform", name)
+	}
+	return Errorf(ErrUnsupportedDevice, "%s has unsupported device type %d", name, dev)
+}
+
+func dtypeOf(name string, t *Tensor) (DType, error) {
+	if t.Lanes == 1 {
+		switch {
+		case t.Code == codeFloat && t.Bits == 32:
+			return F32, nil
+		case t.Code == codeFloat && t.Bits == 16:
+			return F16, nil
+		case t.Code == codeBFloat && t.Bits == 16:
+			return BF16, nil
+		}
+	}
+	return 0, Errorf(ErrUnsupportedDType, "%s has dtype (code %d, bits %d, lanes %d); supported: float32, float16, bfloat16",
+		name, t.Code, t.Bits, t.Lanes)
+}
+
+// layout fills Contiguous and the byte extent, and rejects a last dimension
+// that is not unit-stride and outer strides whose byte offsets overflow.
+func (v *View) layout() error {
+	v.Contiguous = true
+	if v.Strides == nil || v.N == 0 {
+		v.Strides = nil
+		v.lo = uintptr(v.Base)
+		v.hi = v.lo + uintptr(v.N*v.DType.Size())
+		return nil
+	}
+	nd := len(v.Shape)
+	if v.Shape[nd-1] > 1 && v.Strides[nd-1] != 1 {
+		return Errorf(ErrUnsupportedLayout, "%s has stride %d in its last dimension (must be 1)", v.Name, v.Strides[nd-1])
+	}
+	expect := int64(1)
+	var lo, hi int64 // element offsets of the first and last element
+	for i := nd - 1; i >= 0; i-- {
+		s, st := v.Shape[i], v.Strides[i]
+		if s > 1 && st != expect {
+			v.Contiguous = false
+		}
+		expect *= s
+		if s > 1 {
+			span, ok := mulNoOverflow(s-1, st)
+			if !ok || span > math.MaxInt64/4 || span < math.MinInt64/4 {
+				return Errorf(ErrInvalidArgument, "%s has strides whose offsets overflow", v.Name)
+			}
+			if span > 0 {
+				hi += span
+			} else {
+				lo += span
+			}
+		}
+	}
+	if v.Contiguous {
+		v.Strides = nil
+	}
+	es := int64(v.DType.Size())
+	v.lo = uintptr(int64(uintptr(v.Base)) + lo*es)
+	v.hi = uintptr(int64(uintptr(v.Base)) + (hi+1)*es)
+	return nil
+}
+
+func mulNoOverflow(a, b int64) (int64, bool) {
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	c := a * b
+	return c, c/b == a
+}
+
+// RowPtr is the address of the first element of row r (the row-major index
+// over all dimensions but the last).
+func (v *View) RowPtr(r int) unsafe.Pointer {
+	es := v.DType.Size()
+	if v.Strides == nil {
+		return unsafe.Add(v.Base, r*v.Cols*es)
+	}
+	off := 0
+	for i := len(v.Shape) - 2; i >= 0; i-- {
+		s := int(v.Shape[i])
+		off += (r % s) * int(v.Strides[i])
+		r /= s
+	}
+	return unsafe.Add(v.Base, off*es)
+}

@@ -1,0 +1,125 @@
+// Package activation is the elementwise family: GELU (erf and tanh forms)
+// and SiLU, forward and backward, on tensors of any shape.
+package activation
+
+import (
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/encoder/cpu/simd"
+	"metalcore/internal/core"
+)
+
+// GELU approximations, as in the header.
+const (
+	GeluErf  = 0
+	GeluTanh = 1
+)
+
+func checkApproximate(a int32) error {
+	if a != GeluErf && a != GeluTanh {
+		return core.Errorf(core.ErrInvalidArgument, "approximate is %d; it must be 0 (erf) or 1 (tanh)", a)
+	}
+	return nil
+}
+
+// GeluFwd: y = gelu(x).
+func GeluFwd(x *core.Tensor, approximate int32, y *core.Tensor, enc unsafe.Pointer) error {
+	if err := checkApproximate(approximate); err != nil {
+		return err
+	}
+	return forward(x, y, enc, func(k *simd.Table) func(dst, x []float32) {
+		if approximate == GeluTanh {
+			return k.GeluTanh
+		}
+		return k.GeluErf
+	})
+}
+
+// GeluBwd: dx = dy * gelu'(x).
+func GeluBwd(dy, x *core.Tensor, approximate int32, dx *core.Tensor, enc unsafe.Pointer) error {
+	if err := checkApproximate(approximate); err != nil {
+		return err
+	}
+	return backward(dy, x, dx, enc, func(k *simd.Table) func(dst, dy, x []float32) {
+		if approximate == GeluTanh {
+			return k.GeluTanhGrad
+		}
+		return k.GeluErfGrad
+	})
+}
+
+// SiluFwd: y = x * sigmoid(x).
+func SiluFwd(x, y *core.Tensor, enc unsafe.Pointer) error {
+	return forward(x, y, enc, func(k *simd.Table) func(dst, x []float32) { return k.Silu })
+}
+
+// SiluBwd: dx = dy * silu'(x).
+func SiluBwd(dy, x, dx *core.Tensor, enc unsafe.Pointer) error {
+	return backward(dy, x, dx, enc, func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad })
+}
+
+func forward(x, y *core.Tensor, enc unsafe.Pointer, pick func(*simd.Table) func(dst, x []float32)) error {
+	var c core.Call
+	xv := c.In("x", x)
+	yv := c.Out("y", y)
+	c.Check(func() error { return core.LikeX(xv, yv) })
+	c.AllowInPlace(yv, xv)
+	if err := c.Done(enc); err != nil {
+		return err
+	}
+	f := pick(cpu.K())
+	elementwise(yv, xv, nil, func(dst, a, _ []float32) { f(dst, a) })
+	return nil
+}
+
+func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, pick func(*simd.Table) func(dst, dy, x []float32)) error {
+	var c core.Call
+	dyv := c.In("dy", dy)
+	xv := c.In("x", x)
+	dxv := c.Out("dx", dx)
+	c.Check(func() error { return core.LikeX(xv, dyv, dxv) })
+	c.AllowInPlace(dxv, dyv)
+	if err := c.Done(enc); err != nil {
+		return err
+	}
+	elementwise(dxv, dyv, xv, pick(cpu.K()))
+	return nil
+}
+
+// elementwise runs f(out, a, b) chunk by chunk over every element (b may be
+// nil). Contiguous tensors are cut into Chunk-long segments regardless of
+// their shape, so a tensor with short rows still vectorizes; otherwise the
+// segments are rows.
+func elementwise(out, a, b *core.View, f func(dst, a, b []float32)) {
+	if out.N == 0 {
+		return
+	}
+	segs, segLen := out.Rows, out.Cols
+	seg := func(v *core.View, i int) cpu.Span { return cpu.OptRowSpan(v, i) }
+	flat := out.Contiguous && a.Contiguous && (b == nil || b.Contiguous)
+	if flat {
+		segs, segLen = (out.N+cpu.Chunk-1)/cpu.Chunk, cpu.Chunk
+		seg = func(v *core.View, i int) cpu.Span {
+			if v == nil {
+				return cpu.Span{}
+			}
+			return cpu.Span{P: v.Base, DT: v.DType}.At(i * cpu.Chunk)
+		}
+	}
+	cpu.Parallel(segs, cpu.RowGrain(segLen), func(lo, hi int, s *cpu.Scratch) {
+		for i := lo; i < hi; i++ {
+			n := segLen
+			if flat {
+				n = min(segLen, out.N-i*segLen)
+			}
+			o, sa, sb := seg(out, i), seg(a, i), seg(b, i)
+			for off := 0; off < n; off += cpu.Chunk {
+				m := min(cpu.Chunk, n-off)
+				dst := o.Out(off, m, &s.B[2])
+				f(dst, sa.Load(off, m, &s.B[0]), sb.Load(off, m, &s.B[1]))
+				o.Store(off, dst)
+			}
+		}
+	})
+}

@@ -1,0 +1,217 @@
+package norm
+
+import (
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/internal/core"
+)
+
+// maxPartials bounds the row blocks whose weight-gradient partials land in
+// the workspace. The block split depends on the row count alone, so the
+// reduction order, and with it dweight, is the same whatever the thread
+// count.
+const maxPartials = 32
+
+func partialBlocks(rows int) int { return min(rows, maxPartials) }
+
+// workspaceBytes is the workspace for `perRow` float32 partial rows of
+// width cols in each block.
+func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
+	var c core.Call
+	xv := rowInput(&c, "x", x)
+	if err := c.Done(nil); err != nil {
+		return 0, err
+	}
+	return int64(partialBlocks(xv.Rows)) * int64(perRow) * int64(xv.Cols) * 4, nil
+}
+
+// RMSNormBwdWorkspace is the workspace RMSNormBwd needs for dweight.
+func RMSNormBwdWorkspace(x *core.Tensor) (int64, error) { return workspaceBytes(x, 1) }
+
+// LayerNormBwdWorkspace is the workspace LayerNormBwd needs for dweight and dbias.
+func LayerNormBwdWorkspace(x *core.Tensor) (int64, error) { return workspaceBytes(x, 2) }
+
+// bwdCall validates what both backward passes share: dy and x alike, dx
+// like x (may be dy), weight and its gradient per column, per-row stats.
+type bwdCall struct {
+	core.Call
+	dy, x, w, dx *core.View
+}
+
+func newBwdCall(dy, x, weight, dx *core.Tensor) *bwdCall {
+	b := &bwdCall{}
+	b.dy = rowInput(&b.Call, "dy", dy)
+	b.x = b.In("x", x)
+	b.w = b.OptIn("weight", weight)
+	b.dx = b.Out("dx", dx)
+	b.Check(func() error { return core.LikeX(b.x, b.dy, b.dx) })
+	b.Check(func() error { return core.PerColumn(b.x, b.w) })
+	b.AllowInPlace(b.dx, b.dy)
+	return b
+}
+
+func (b *bwdCall) stats(name string, t *core.Tensor) *core.View {
+	v := b.In(name, t)
+	b.Check(func() error { return core.RowStats(v, b.x) })
+	return v
+}
+
+// grads registers the optional per-column gradients and the workspace they
+// need; dweight requires weight.
+func (b *bwdCall) grads(ws *core.Tensor, perRow int, names []string, ts ...*core.Tensor) ([]*core.View, *core.View) {
+	gs := make([]*core.View, len(ts))
+	want := false
+	for i, t := range ts {
+		gs[i] = b.OptOut(names[i], t)
+		want = want || gs[i] != nil
+	}
+	if gs[0] != nil && b.w == nil {
+		b.Fail(core.Errorf(core.ErrInvalidArgument, "%s is given but weight is NULL", names[0]))
+	}
+	b.Check(func() error { return core.PerColumn(b.x, gs...) })
+	var need int64
+	if want && b.x != nil {
+		need = int64(partialBlocks(b.x.Rows)) * int64(perRow) * int64(b.x.Cols) * 4
+	}
+	return gs, b.Workspace("workspace", ws, need)
+}
+
+// RMSNormBwd: dx = rstd * (g - x * rstd^2 * mean(g * x)) with g = dy * w;
+// dweight = sum over rows of dy * x * rstd.
+func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc unsafe.Pointer) error {
+	b := newBwdCall(dy, x, weight, dx)
+	rv := b.stats("rstd", rstd)
+	gs, wsv := b.grads(workspace, 1, []string{"dweight"}, dweight)
+	if err := b.Done(enc); err != nil || b.x.N == 0 {
+		return err
+	}
+	k, cols := cpu.K(), b.x.Cols
+	rs := rowStats(rv, b.x.Rows)
+	row := func(r int, partial []float32, s *cpu.Scratch) {
+		dy, x, dx, w := cpu.RowSpan(b.dy, r), cpu.RowSpan(b.x, r), cpu.RowSpan(b.dx, r), cpu.OptRowSpan(b.w, 0)
+		inv := rs[r]
+		var dot float32
+		for off := 0; off < cols; off += cpu.Chunk {
+			n := min(cpu.Chunk, cols-off)
+			g := gradOut(dy.Load(off, n, &s.B[0]), w.Load(off, n, &s.B[1]), &s.B[2])
+			dot += k.Dot(g, x.Load(off, n, &s.B[3]))
+		}
+		c := dot * inv * inv / float32(cols)
+		for off := 0; off < cols; off += cpu.Chunk {
+			n := min(cpu.Chunk, cols-off)
+			dys, xs := dy.Load(off, n, &s.B[0]), x.Load(off, n, &s.B[3])
+			g := gradOut(dys, w.Load(off, n, &s.B[1]), &s.B[2])
+			if partial != nil {
+				k.FMAcc(partial[off:off+n], dys, xs, inv) // before dx may overwrite dy
+			}
+			out := dx.Out(off, n, &s.B[4])
+			k.NormGrad(out, g, xs, c, 0, inv)
+			dx.Store(off, out)
+		}
+	}
+	reduceRows(b.x.Rows, cols, 1, wsv, gs, row)
+	return nil
+}
+
+// LayerNormBwd: with xhat = (x - mean) * rstd and g = dy * w,
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); dweight = sum dy*xhat,
+// dbias = sum dy.
+func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core.Tensor, enc unsafe.Pointer) error {
+	b := newBwdCall(dy, x, weight, dx)
+	mv := b.stats("mean", mean)
+	rv := b.stats("rstd", rstd)
+	gs, wsv := b.grads(workspace, 2, []string{"dweight", "dbias"}, dweight, dbias)
+	if err := b.Done(enc); err != nil || b.x.N == 0 {
+		return err
+	}
+	k, cols := cpu.K(), b.x.Cols
+	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
+	row := func(r int, partial []float32, s *cpu.Scratch) {
+		dy, x, dx, w := cpu.RowSpan(b.dy, r), cpu.RowSpan(b.x, r), cpu.RowSpan(b.dx, r), cpu.OptRowSpan(b.w, 0)
+		mu, inv := ms[r], rs[r]
+		var sumG, dotGX float32
+		for off := 0; off < cols; off += cpu.Chunk {
+			n := min(cpu.Chunk, cols-off)
+			g := gradOut(dy.Load(off, n, &s.B[0]), w.Load(off, n, &s.B[1]), &s.B[2])
+			xhat := s.B[3][:n]
+			k.Normalize(xhat, x.Load(off, n, &s.B[4]), nil, nil, mu, inv)
+			sumG += k.Sum(g)
+			dotGX += k.Dot(g, xhat)
+		}
+		a, c := sumG/float32(cols), dotGX/float32(cols)
+		for off := 0; off < cols; off += cpu.Chunk {
+			n := min(cpu.Chunk, cols-off)
+			dys := dy.Load(off, n, &s.B[0])
+			g := gradOut(dys, w.Load(off, n, &s.B[1]), &s.B[2])
+			xhat := s.B[3][:n]
+			k.Normalize(xhat, x.Load(off, n, &s.B[4]), nil, nil, mu, inv)
+			if partial != nil {
+				k.FMAcc(partial[off:off+n], dys, xhat, 1)
+				db := partial[cols+off : cols+off+n]
+				k.Add(db, db, dys)
+			}
+			out := dx.Out(off, n, &s.B[5])
+			k.NormGrad(out, g, xhat, c, a, inv)
+			dx.Store(off, out)
+		}
+	}
+	reduceRows(b.x.Rows, cols, 2, wsv, gs, row)
+	return nil
+}
+
+// gradOut is dy * w, or dy itself without a weight.
+func gradOut(dy, w []float32, buf *[cpu.Chunk]float32) []float32 {
+	if w == nil {
+		return dy
+	}
+	g := buf[:len(dy)]
+	cpu.K().Mul(g, dy, w)
+	return g
+}
+
+// reduceRows runs row(r, partial, scratch) over all rows. Without requested
+// gradients partial is nil and rows are split freely; otherwise rows go in
+// fixed blocks, each accumulating perRow partial rows of width cols in the
+// workspace, which are then summed in block order into gs (nil entries
+// skipped).
+func reduceRows(rows, cols, perRow int, ws *core.View, gs []*core.View, row func(r int, partial []float32, s *cpu.Scratch)) {
+	if ws == nil {
+		cpu.Parallel(rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
+			for r := lo; r < hi; r++ {
+				row(r, nil, s)
+			}
+		})
+		return
+	}
+	blocks, stride := partialBlocks(rows), perRow*cols
+	partials := cpu.Float32s(ws.Base, blocks*stride)
+	cpu.Parallel(blocks, 1, func(lo, hi int, s *cpu.Scratch) {
+		for blk := lo; blk < hi; blk++ {
+			p := partials[blk*stride : (blk+1)*stride]
+			clear(p)
+			for r := blk * rows / blocks; r < (blk+1)*rows/blocks; r++ {
+				row(r, p, s)
+			}
+		}
+	})
+	cpu.Parallel(cols, cpu.Chunk, func(lo, hi int, s *cpu.Scratch) {
+		k := cpu.K()
+		for i, g := range gs {
+			if g == nil {
+				continue
+			}
+			dst := cpu.RowSpan(g, 0)
+			for off := lo; off < hi; off += cpu.Chunk {
+				n := min(cpu.Chunk, hi-off)
+				acc := s.B[0][:n]
+				copy(acc, partials[i*cols+off:])
+				for blk := 1; blk < blocks; blk++ {
+					q := partials[blk*stride+i*cols+off:][:n]
+					k.Add(acc, acc, q)
+				}
+				dst.Store(off, acc)
+			}
+		}
+	})
+}
