@@ -90,12 +90,12 @@ func maxOf(x []float32) float32 {
 		return simd.Portable.Max(x)
 	}
 	m := loadF(x)
-	nan := splat(0)
+	nan := m.Merge(splat(0), m.IsNaN())
 	i := W
 	for ; i+W <= len(x); i += W {
 		v := loadF(x[i:])
 		m = m.Max(v)
-		nan = nan.Add(v.Sub(v)) // NaN - NaN is NaN, finite - finite is 0
+		nan = v.Merge(nan, v.IsNaN())
 	}
 	r := max(hmax(m), simd.Portable.Max(x[i:]))
 	if s := hsum(nan); s != s {

@@ -1,0 +1,209 @@
+package norm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+)
+
+const eps = 1e-5
+
+// perRow makes a poisoned float32 [rows] tensor for rstd/mean.
+func perRow(rows int) *tu.Tensor { return tu.New(core.F32, []int64{int64(rows)}) }
+
+// outFor is the output tensor of a case: x itself in place, else new.
+func outFor(c tu.Case, x *tu.Tensor) *tu.Tensor {
+	if c.InPlace {
+		return x
+	}
+	return c.New(c.Shape, 0)
+}
+
+// weights returns a per-column tensor and its values, or nils when absent.
+func weights(c tu.Case, t *testing.T, present bool, scale float64) (*tu.Tensor, []float64) {
+	if !present {
+		return nil, nil
+	}
+	w := tu.New(c.DT, []int64{int64(c.Cols())})
+	v := w.Rand(tu.RNG(t), scale)
+	for i := range v {
+		v[i] += 1
+	}
+	return w, w.Set(v).Values()
+}
+
+func ptr(t *tu.Tensor) *core.Tensor {
+	if t == nil {
+		return nil
+	}
+	return t.Ptr()
+}
+
+func TestRMSNormFwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		for _, withW := range []bool{true, false} {
+			rng := tu.RNG(t)
+			x := c.New(c.Shape, 0)
+			xs := x.Rand(rng, 2)
+			w, ws := weights(c, t, withW, 0.5)
+			y, rstd := outFor(c, x), perRow(c.Rows())
+			require.NoError(t, RMSNormFwd(x.Ptr(), ptr(w), eps, y.Ptr(), rstd.Ptr(), nil), c)
+			var want, wantR []float64
+			for _, row := range tu.Rows(xs, c.Cols()) {
+				yr, r := RefRMSNorm(row, ws, eps)
+				want, wantR = append(want, yr...), append(wantR, r)
+			}
+			tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
+			tu.Close(t, c.String()+" rstd", rstd.Values(), wantR, tu.Tol(core.F32))
+			require.True(t, y.PaddingPoisoned(), "%v: wrote outside y's elements", c)
+		}
+	})
+}
+
+func TestFusedAddRMSNormFwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		rng := tu.RNG(t)
+		x, res := c.New(c.Shape, 0), c.New(c.Shape, 0)
+		xs, rs := x.Rand(rng, 1), res.Rand(rng, 3)
+		w, ws := weights(c, t, true, 0.5)
+		y, ro := outFor(c, x), outFor(c, res)
+		rstd := perRow(c.Rows())
+		require.NoError(t, FusedAddRMSNormFwd(x.Ptr(), res.Ptr(), w.Ptr(), eps, y.Ptr(), ro.Ptr(), rstd.Ptr(), nil), c)
+		sum := make([]float64, len(xs))
+		for i := range xs {
+			sum[i] = tu.Round(c.DT, float64(float32(xs[i])+float32(rs[i])))
+		}
+		var want, wantR []float64
+		for _, row := range tu.Rows(sum, c.Cols()) {
+			yr, r := RefRMSNorm(row, ws, eps)
+			want, wantR = append(want, yr...), append(wantR, r)
+		}
+		require.Equal(t, sum, ro.Values(), "%v: residual_out", c)
+		tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
+		tu.Close(t, c.String()+" rstd", rstd.Values(), wantR, tu.Tol(core.F32))
+	})
+}
+
+func TestLayerNormFwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		for _, affine := range []bool{true, false} {
+			rng := tu.RNG(t)
+			x := c.New(c.Shape, 0)
+			xs := x.Rand(rng, 2)
+			for i := range xs { // a large mean over a small spread
+				xs[i] += 100
+			}
+			xs = x.Set(xs).Values()
+			w, wv := weights(c, t, affine, 0.5)
+			b, bv := weights(c, t, affine, 0.1)
+			y, mean, rstd := outFor(c, x), perRow(c.Rows()), perRow(c.Rows())
+			require.NoError(t, LayerNormFwd(x.Ptr(), ptr(w), ptr(b), eps, y.Ptr(), mean.Ptr(), rstd.Ptr(), nil), c)
+			var want, wantM, wantR []float64
+			for _, row := range tu.Rows(xs, c.Cols()) {
+				yr, m, r := RefLayerNorm(row, wv, bv, eps)
+				want, wantM, wantR = append(want, yr...), append(wantM, m), append(wantR, r)
+			}
+			tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
+			tu.Close(t, c.String()+" mean", mean.Values(), wantM, tu.Tol(core.F32))
+			tu.Close(t, c.String()+" rstd", rstd.Values(), wantR, 1e-3) // var of data ~1 around 100 in fp32
+		}
+	})
+}
+
+// bwdInputs makes dy and x with their values, and rstd (and mean) from the
+// reference forward pass, stored as float32 like the forward kernel's.
+func bwdInputs(t *testing.T, c tu.Case, layer bool, ws, bs []float64) (dy, x *tu.Tensor, dyv, xv []float64, mean, rstd *tu.Tensor) {
+	rng := tu.RNG(t)
+	dy, x = c.New(c.Shape, 0), c.New(c.Shape, 0)
+	dyv, xv = dy.Rand(rng, 1), x.Rand(rng, 2)
+	var ms, rs []float64
+	for _, row := range tu.Rows(xv, c.Cols()) {
+		if layer {
+			_, m, r := RefLayerNorm(row, ws, bs, eps)
+			ms, rs = append(ms, m), append(rs, r)
+		} else {
+			_, r := RefRMSNorm(row, ws, eps)
+			rs = append(rs, r)
+		}
+	}
+	rstd = perRow(c.Rows()).Set(rs)
+	if layer {
+		mean = perRow(c.Rows()).Set(ms)
+	}
+	return
+}
+
+func workspace(t *testing.T, size func(*core.Tensor) (int64, error), x *tu.Tensor) *tu.Tensor {
+	n, err := size(x.Ptr())
+	require.NoError(t, err)
+	return tu.New(core.F32, []int64{n / 4})
+}
+
+func TestRMSNormBwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		for _, withW := range []bool{true, false} {
+			w, wv := weights(c, t, withW, 0.5)
+			dy, x, dyv, xv, _, rstd := bwdInputs(t, c, false, wv, nil)
+			dx := outFor(c, dy)
+			var dw, ws *tu.Tensor
+			if withW {
+				dw = tu.New(c.DT, []int64{int64(c.Cols())})
+				ws = workspace(t, RMSNormBwdWorkspace, x)
+			}
+			require.NoError(t, RMSNormBwd(dy.Ptr(), x.Ptr(), ptr(w), rstd.Ptr(), dx.Ptr(), ptr(dw), ptr(ws), nil), c)
+			var want []float64
+			var wantDW []float64
+			if withW {
+				wantDW = make([]float64, c.Cols())
+			}
+			rsv := rstd.Values()
+			dyRows := tu.Rows(dyv, c.Cols())
+			for r, row := range tu.Rows(xv, c.Cols()) {
+				want = append(want, RefRMSNormBwd(dyRows[r], row, wv, rsv[r], wantDW)...)
+			}
+			tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), gradScale(dyv, rsv))
+			if withW {
+				tu.Close(t, c.String()+" dweight", dw.Values(), wantDW, 2*tu.Tol(c.DT))
+			}
+		}
+	})
+}
+
+func TestLayerNormBwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		for _, affine := range []bool{true, false} {
+			w, wv := weights(c, t, affine, 0.5)
+			dy, x, dyv, xv, mean, rstd := bwdInputs(t, c, true, wv, nil)
+			dx := outFor(c, dy)
+			var dw, db, ws *tu.Tensor
+			var wantDW, wantDB []float64
+			if affine {
+				dw, db = tu.New(c.DT, []int64{int64(c.Cols())}), tu.New(c.DT, []int64{int64(c.Cols())})
+				ws = workspace(t, LayerNormBwdWorkspace, x)
+				wantDW, wantDB = make([]float64, c.Cols()), make([]float64, c.Cols())
+			}
+			require.NoError(t, LayerNormBwd(dy.Ptr(), x.Ptr(), ptr(w), mean.Ptr(), rstd.Ptr(), dx.Ptr(), ptr(dw), ptr(db), ptr(ws), nil), c)
+			var want []float64
+			ms, rs := mean.Values(), rstd.Values()
+			dyRows := tu.Rows(dyv, c.Cols())
+			for r, row := range tu.Rows(xv, c.Cols()) {
+				want = append(want, RefLayerNormBwd(dyRows[r], row, wv, ms[r], rs[r], wantDW, wantDB)...)
+			}
+			tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), gradScale(dyv, rs))
+			if affine {
+				tu.Close(t, c.String()+" dweight", dw.Values(), wantDW, 2*tu.Tol(c.DT))
+				tu.Close(t, c.String()+" dbias", db.Values(), wantDB, 2*tu.Tol(c.DT))
+			}
+		}
+	})
+}
+
+// gradScale is the size of the terms dx cancels: rstd * |dy| (weights are
+// near 1). Narrow rows make dx tiny against them (one column: exactly 0 up
+// to eps), so the tolerance must follow the terms.
+func gradScale(dy, rstd []float64) float64 {
+	return tu.RMS(dy) * tu.RMS(rstd)
+}

@@ -1,0 +1,78 @@
+package softmax
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	tu "metalcore/internal/testutil"
+)
+
+func outFor(c tu.Case, in *tu.Tensor) *tu.Tensor {
+	if c.InPlace {
+		return in
+	}
+	return c.New(c.Shape, 0)
+}
+
+func TestFwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		x := c.New(c.Shape, 0)
+		xs := x.Rand(tu.RNG(t), 4)
+		y := outFor(c, x)
+		require.NoError(t, Fwd(x.Ptr(), y.Ptr(), nil), c)
+		var want []float64
+		for _, row := range tu.Rows(xs, c.Cols()) {
+			want = append(want, RefSoftmax(row)...)
+		}
+		tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
+		require.True(t, y.PaddingPoisoned(), "%v: wrote outside y's elements", c)
+	})
+}
+
+// A masked row (-inf entries, as attention masks use) and a row whose
+// maximum moves up in a later chunk.
+func TestFwdMaskedAndRisingRows(t *testing.T) {
+	tu.ForEachISA(t, func(t *testing.T) {
+		for _, dt := range tu.DTypes {
+			cols := 3000
+			xs := make([]float64, 2*cols)
+			for i := range cols {
+				xs[i] = math.Inf(-1)
+				if i%7 == 0 {
+					xs[i] = float64(i % 5)
+				}
+				xs[cols+i] = float64(i) / 100 // max in the last chunk
+			}
+			c := tu.Case{DT: dt, Shape: []int64{2, int64(cols)}}
+			x := c.New(c.Shape, 0).Set(xs)
+			xs = x.Values() // as rounded to dt
+			y := c.New(c.Shape, 0)
+			require.NoError(t, Fwd(x.Ptr(), y.Ptr(), nil))
+			want := append(RefSoftmax(xs[:cols]), RefSoftmax(xs[cols:])...)
+			tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(dt))
+		}
+	})
+}
+
+func TestBwd(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		rng := tu.RNG(t)
+		dy, y := c.New(c.Shape, 0), c.New(c.Shape, 0)
+		dyv := dy.Rand(rng, 1)
+		var ys []float64
+		for _, row := range tu.Rows(y.Rand(rng, 2), c.Cols()) {
+			ys = append(ys, RefSoftmax(row)...)
+		}
+		ys = y.Set(ys).Values()
+		dx := outFor(c, dy)
+		require.NoError(t, Bwd(dy.Ptr(), y.Ptr(), dx.Ptr(), nil), c)
+		var want []float64
+		dyRows := tu.Rows(dyv, c.Cols())
+		for r, row := range tu.Rows(ys, c.Cols()) {
+			want = append(want, RefSoftmaxBwd(dyRows[r], row)...)
+		}
+		tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), tu.RMS(dyv)*tu.RMS(ys))
+	})
+}
