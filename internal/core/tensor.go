@@ -135,6 +135,9 @@ func Check(name string, t *Tensor) (View, error) {
 		}
 	}
 	v.Base = unsafe.Add(t.Data, t.ByteOffset)
+	if uintptr(v.Base)%uintptr(dt.Size()) != 0 {
+		return v, Errorf(ErrInvalidArgument, "%s data (data + byte_offset) is not aligned to its %d-byte elements", name, dt.Size())
+	}
 	if err := v.layout(); err != nil {
 		return v, err
 	}

@@ -4,7 +4,12 @@
 
 package avx2
 
-import "metalcore/encoder/cpu/simd"
+import (
+	"math"
+	"simd/archsimd"
+
+	"metalcore/encoder/cpu/simd"
+)
 
 // This file is the width-independent template of the vector primitives: it
 // names vectors only through vf/vi and the helpers of width.go. Loops run W
@@ -26,32 +31,46 @@ var Table = simd.Table{
 	NormGrad:     normGrad,
 	SoftmaxGrad:  softmaxGrad,
 	FMAcc:        fmAcc,
-	GeluErf:      unary(geluErfV, simd.Portable.GeluErf),
-	GeluTanh:     unary(geluTanhV, simd.Portable.GeluTanh),
-	Silu:         unary(siluV, simd.Portable.Silu),
-	GeluErfGrad:  binary(geluErfGradV, simd.Portable.GeluErfGrad),
-	GeluTanhGrad: binary(geluTanhGradV, simd.Portable.GeluTanhGrad),
-	SiluGrad:     binary(siluGradV, simd.Portable.SiluGrad),
+	GeluErf:      unary(geluErfV),
+	GeluTanh:     unary(geluTanhV),
+	Silu:         unary(siluV),
+	GeluErfGrad:  binary(geluErfGradV),
+	GeluTanhGrad: binary(geluTanhGradV),
+	SiluGrad:     binary(siluGradV),
 	BF16ToF32:    bf16ToF32,
 	F16ToF32:     f16ToF32,
 	F32ToBF16:    f32ToBF16,
 	F32ToF16:     f32ToF16,
 }
 
+// The loops are pure vector code and every primitive ends with
+// ClearAVXUpperBits before any scalar float code runs: a legacy-SSE
+// instruction (Go's scalar float code) executed while the upper vector
+// halves are dirty costs hundreds of cycles. Tails use partial loads and
+// stores instead of scalar loops for the same reason.
+
+// laneTable backs lanes(n): W all-ones lanes, then W zero lanes.
+var laneTable = func() (t [2 * W]int32) {
+	for i := range W {
+		t[i] = -1
+	}
+	return
+}()
+
+// zero is the zero vector. splat(0) would materialize 0.0 with a legacy-SSE
+// XORPS, which is exactly the instruction the vector sections must avoid.
+func zero() (z vf) { return }
+
+// hsum adds the lanes of v; it ends the vector section.
 func hsum(v vf) float32 {
 	var b [W]float32
 	v.Store(&b)
+	archsimd.ClearAVXUpperBits()
 	var s float32
 	for _, x := range b {
 		s += x
 	}
 	return s
-}
-
-func hmax(v vf) float32 {
-	var b [W]float32
-	v.Store(&b)
-	return simd.Portable.Max(b[:])
 }
 
 func sum(x []float32) float32 {
@@ -61,7 +80,10 @@ func sum(x []float32) float32 {
 		a0 = a0.Add(loadF(x[i:]))
 		a1 = a1.Add(loadF(x[i+W:]))
 	}
-	return hsum(a0.Add(a1)) + simd.Portable.Sum(x[i:])
+	for ; i < len(x); i += W {
+		a0 = a0.Add(loadF(x[i:]))
+	}
+	return hsum(a0.Add(a1))
 }
 
 func sumSq(x []float32) float32 {
@@ -72,7 +94,11 @@ func sumSq(x []float32) float32 {
 		a0 = v0.MulAdd(v0, a0)
 		a1 = v1.MulAdd(v1, a1)
 	}
-	return hsum(a0.Add(a1)) + simd.Portable.SumSq(x[i:])
+	for ; i < len(x); i += W {
+		v := loadF(x[i:])
+		a0 = v.MulAdd(v, a0)
+	}
+	return hsum(a0.Add(a1))
 }
 
 func dot(a, b []float32) float32 {
@@ -83,27 +109,27 @@ func dot(a, b []float32) float32 {
 		a0 = loadF(a[i:]).MulAdd(loadF(b[i:]), a0)
 		a1 = loadF(a[i+W:]).MulAdd(loadF(b[i+W:]), a1)
 	}
-	return hsum(a0.Add(a1)) + simd.Portable.Dot(a[i:], b[i:])
+	for ; i < len(a); i += W {
+		a0 = loadF(a[i:]).MulAdd(loadF(b[i:]), a0)
+	}
+	return hsum(a0.Add(a1))
 }
 
 // maxOf propagates NaN like the portable Max: a lane that saw NaN stays NaN.
 func maxOf(x []float32) float32 {
-	if len(x) < W {
-		return simd.Portable.Max(x)
-	}
-	m := loadF(x)
-	nan := m.Merge(splat(0), m.IsNaN())
-	i := W
-	for ; i+W <= len(x); i += W {
-		v := loadF(x[i:])
+	m, nan := splat(float32(math.Inf(-1))), zero()
+	for i := 0; i < len(x); i += W {
+		v := loadF(x[i:]).Merge(splat(float32(math.Inf(-1))), lanes(len(x)-i))
 		m = m.Max(v)
 		nan = v.Merge(nan, v.IsNaN())
 	}
-	r := max(hmax(m), simd.Portable.Max(x[i:]))
-	if s := hsum(nan); s != s {
+	var b [W]float32
+	m.Store(&b)
+	s := hsum(nan)
+	if s != s {
 		return s
 	}
-	return r
+	return simd.Portable.Max(b[:])
 }
 
 // expV is simd.Exp32 on W lanes.
@@ -130,7 +156,7 @@ func withNaN(y, x vf) vf { return x.Merge(y, x.IsNaN()) }
 
 func sigmoidV(x vf) vf {
 	one := splat(1)
-	return one.Div(one.Add(expV(splat(0).Sub(x))))
+	return one.Div(one.Add(expV(zero().Sub(x))))
 }
 
 func absV(x vf) vf { return asF(asI(x).And(splatI(0x7fffffff))) }
@@ -143,7 +169,7 @@ func erfV(x vf) vf {
 	p = p.MulAdd(t, splat(simd.ErfA3))
 	p = p.MulAdd(t, splat(simd.ErfA2))
 	p = p.MulAdd(t, splat(simd.ErfA1))
-	y := splat(1).Sub(p.Mul(t).Mul(expV(splat(0).Sub(ax.Mul(ax)))))
+	y := splat(1).Sub(p.Mul(t).Mul(expV(zero().Sub(ax.Mul(ax)))))
 	sign := asI(x).And(splatI(-0x80000000))
 	return asF(asI(y).Or(sign))
 }
@@ -187,146 +213,129 @@ func siluGradV(dy, x vf) vf {
 	return withNaN(dy.Mul(s).Mul(x.MulAdd(splat(1).Sub(s), splat(1))), x)
 }
 
-func unary(f func(vf) vf, tail func(dst, x []float32)) func(dst, x []float32) {
+func unary(f func(vf) vf) func(dst, x []float32) {
 	return func(dst, x []float32) {
-		i := 0
 		dst = dst[:len(x)]
-		for ; i+W <= len(x); i += W {
+		for i := 0; i < len(x); i += W {
 			storeF(f(loadF(x[i:])), dst[i:])
 		}
-		tail(dst[i:], x[i:])
+		archsimd.ClearAVXUpperBits()
 	}
 }
 
-func binary(f func(dy, x vf) vf, tail func(dst, dy, x []float32)) func(dst, dy, x []float32) {
+func binary(f func(dy, x vf) vf) func(dst, dy, x []float32) {
 	return func(dst, dy, x []float32) {
-		i := 0
 		dst, dy = dst[:len(x)], dy[:len(x)]
-		for ; i+W <= len(x); i += W {
+		for i := 0; i < len(x); i += W {
 			storeF(f(loadF(dy[i:]), loadF(x[i:])), dst[i:])
 		}
-		tail(dst[i:], dy[i:], x[i:])
+		archsimd.ClearAVXUpperBits()
 	}
 }
 
 func expSum(x []float32, m float32) float32 {
 	var acc vf
 	mv := splat(m)
-	i := 0
-	for ; i+W <= len(x); i += W {
-		acc = acc.Add(withNaN(expV(loadF(x[i:]).Sub(mv)), loadF(x[i:])))
+	for i := 0; i < len(x); i += W {
+		v := loadF(x[i:])
+		e := withNaN(expV(v.Sub(mv)), v)
+		acc = acc.Add(e.Merge(zero(), lanes(len(x)-i)))
 	}
-	return hsum(acc) + simd.Portable.ExpSum(x[i:], m)
+	return hsum(acc)
 }
 
 func expScale(dst, x []float32, m, s float32) {
 	mv, sv := splat(m), splat(s)
-	i := 0
 	dst = dst[:len(x)]
-	for ; i+W <= len(x); i += W {
+	for i := 0; i < len(x); i += W {
 		d := loadF(x[i:]).Sub(mv)
 		storeF(withNaN(expV(d), d).Mul(sv), dst[i:])
 	}
-	simd.Portable.ExpScale(dst[i:], x[i:], m, s)
+	archsimd.ClearAVXUpperBits()
 }
 
 func add(dst, a, b []float32) {
-	i := 0
 	a, b = a[:len(dst)], b[:len(dst)]
-	for ; i+W <= len(dst); i += W {
+	for i := 0; i < len(dst); i += W {
 		storeF(loadF(a[i:]).Add(loadF(b[i:])), dst[i:])
 	}
-	simd.Portable.Add(dst[i:], a[i:], b[i:])
+	archsimd.ClearAVXUpperBits()
 }
 
 func mul(dst, a, b []float32) {
-	i := 0
 	a, b = a[:len(dst)], b[:len(dst)]
-	for ; i+W <= len(dst); i += W {
+	for i := 0; i < len(dst); i += W {
 		storeF(loadF(a[i:]).Mul(loadF(b[i:])), dst[i:])
 	}
-	simd.Portable.Mul(dst[i:], a[i:], b[i:])
+	archsimd.ClearAVXUpperBits()
 }
 
 func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	mv, rv := splat(mean), splat(rstd)
-	i := 0
 	x = x[:len(dst)]
 	switch {
 	case w != nil && b != nil:
 		w, b = w[:len(dst)], b[:len(dst)]
-		for ; i+W <= len(dst); i += W {
+		for i := 0; i < len(dst); i += W {
 			v := loadF(x[i:]).Sub(mv).Mul(rv)
 			storeF(v.MulAdd(loadF(w[i:]), loadF(b[i:])), dst[i:])
 		}
 	case w != nil:
 		w = w[:len(dst)]
-		for ; i+W <= len(dst); i += W {
+		for i := 0; i < len(dst); i += W {
 			storeF(loadF(x[i:]).Sub(mv).Mul(rv).Mul(loadF(w[i:])), dst[i:])
 		}
 	case b != nil:
 		b = b[:len(dst)]
-		for ; i+W <= len(dst); i += W {
+		for i := 0; i < len(dst); i += W {
 			storeF(loadF(x[i:]).Sub(mv).MulAdd(rv, loadF(b[i:])), dst[i:])
 		}
 	default:
-		for ; i+W <= len(dst); i += W {
+		for i := 0; i < len(dst); i += W {
 			storeF(loadF(x[i:]).Sub(mv).Mul(rv), dst[i:])
 		}
 	}
-	simd.NormalizeScalar(dst[i:], x[i:], tailOf(w, i), tailOf(b, i), mean, rstd)
-}
-
-func tailOf(s []float32, i int) []float32 {
-	if s == nil {
-		return nil
-	}
-	return s[i:]
+	archsimd.ClearAVXUpperBits()
 }
 
 func normGrad(dst, g, x []float32, c, d, s float32) {
 	cv, dv, sv := splat(-c), splat(d), splat(s)
-	i := 0
 	g, x = g[:len(dst)], x[:len(dst)]
-	for ; i+W <= len(dst); i += W {
+	for i := 0; i < len(dst); i += W {
 		storeF(loadF(x[i:]).MulAdd(cv, loadF(g[i:])).Sub(dv).Mul(sv), dst[i:])
 	}
-	simd.Portable.NormGrad(dst[i:], g[i:], x[i:], c, d, s)
+	archsimd.ClearAVXUpperBits()
 }
 
 func softmaxGrad(dst, y, dy []float32, d float32) {
 	dv := splat(d)
-	i := 0
 	y, dy = y[:len(dst)], dy[:len(dst)]
-	for ; i+W <= len(dst); i += W {
+	for i := 0; i < len(dst); i += W {
 		storeF(loadF(dy[i:]).Sub(dv).Mul(loadF(y[i:])), dst[i:])
 	}
-	simd.Portable.SoftmaxGrad(dst[i:], y[i:], dy[i:], d)
+	archsimd.ClearAVXUpperBits()
 }
 
 func fmAcc(acc, a, b []float32, s float32) {
 	sv := splat(s)
-	i := 0
 	a, b = a[:len(acc)], b[:len(acc)]
-	for ; i+W <= len(acc); i += W {
+	for i := 0; i < len(acc); i += W {
 		storeF(loadF(a[i:]).Mul(loadF(b[i:])).MulAdd(sv, loadF(acc[i:])), acc[i:])
 	}
-	simd.Portable.FMAcc(acc[i:], a[i:], b[i:], s)
+	archsimd.ClearAVXUpperBits()
 }
 
 func bf16ToF32(dst []float32, src []uint16) {
-	i := 0
 	dst = dst[:len(src)]
-	for ; i+W <= len(src); i += W {
+	for i := 0; i < len(src); i += W {
 		storeF(asF(loadU16(src[i:]).ShiftAllLeft(16)), dst[i:])
 	}
-	simd.Portable.BF16ToF32(dst[i:], src[i:])
+	archsimd.ClearAVXUpperBits()
 }
 
 func f32ToBF16(dst []uint16, src []float32) {
-	i := 0
 	dst = dst[:len(src)]
-	for ; i+W <= len(src); i += W {
+	for i := 0; i < len(src); i += W {
 		u := asI(loadF(src[i:]))
 		odd := u.ShiftAllRight(16).And(splatI(1))
 		r := u.Add(splatI(0x7fff)).Add(odd).ShiftAllRight(16)
@@ -334,13 +343,12 @@ func f32ToBF16(dst []uint16, src []float32) {
 		nan := u.And(splatI(0x7fffffff)).Greater(splatI(0x7f800000))
 		storeU16(quiet.Merge(r, nan), dst[i:])
 	}
-	simd.Portable.F32ToBF16(dst[i:], src[i:])
+	archsimd.ClearAVXUpperBits()
 }
 
 func f16ToF32(dst []float32, src []uint16) {
-	i := 0
 	dst = dst[:len(src)]
-	for ; i+W <= len(src); i += W {
+	for i := 0; i < len(src); i += W {
 		h := loadU16(src[i:])
 		em := h.And(splatI(0x7fff)).ShiftAllLeft(13)
 		f := asF(em).Mul(splat(0x1p112))
@@ -349,24 +357,21 @@ func f16ToF32(dst []float32, src []uint16) {
 		sign := h.And(splatI(0x8000)).ShiftAllLeft(16)
 		storeF(asF(asI(f).Or(sign)), dst[i:])
 	}
-	simd.Portable.F16ToF32(dst[i:], src[i:])
+	archsimd.ClearAVXUpperBits()
 }
 
 func f32ToF16(dst []uint16, src []float32) {
-	i := 0
 	dst = dst[:len(src)]
-	for ; i+W <= len(src); i += W {
+	for i := 0; i < len(src); i += W {
 		u := asI(loadF(src[i:]))
 		a := u.And(splatI(0x7fffffff))
 		sign := u.ShiftAllRight(16).And(splatI(0x8000))
 		normal := a.Add(splatI(0xfff - 0x38000000)).Add(a.ShiftAllRight(13).And(splatI(1))).ShiftAllRight(13)
 		sub := asI(asF(a).Add(splat(0.5))).Sub(splatI(0x3f000000))
-		inf := splatI(0x7c00)
-		nanv := splatI(0x7e00)
 		o := sub.Merge(normal, a.Less(splatI(0x38800000)))
-		o = inf.Merge(o, a.Greater(splatI(0x47800000-1)))
-		o = nanv.Merge(o, a.Greater(splatI(0x7f800000)))
+		o = splatI(0x7c00).Merge(o, a.Greater(splatI(0x47800000-1)))
+		o = splatI(0x7e00).Merge(o, a.Greater(splatI(0x7f800000)))
 		storeU16(o.Or(sign), dst[i:])
 	}
-	simd.Portable.F32ToF16(dst[i:], src[i:])
+	archsimd.ClearAVXUpperBits()
 }

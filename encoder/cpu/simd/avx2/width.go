@@ -16,17 +16,24 @@ type (
 
 const isaName = "avx2"
 
-func loadF(s []float32) vf     { return archsimd.LoadFloat32x8Slice(s) }
-func storeF(v vf, s []float32) { v.StoreSlice(s) }
+// loadF and the other loads and stores take partial vectors at the end of a
+// slice: missing lanes read as zero and are not written.
+func loadF(s []float32) vf     { return archsimd.LoadFloat32x8SlicePart(s) }
+func storeF(v vf, s []float32) { v.StoreSlicePart(s) }
 func splat(f float32) vf       { return archsimd.BroadcastFloat32x8(f) }
 func splatI(i int32) vi        { return archsimd.BroadcastInt32x8(i) }
 func asI(v vf) vi              { return v.AsInt32x8() }
 func asF(v vi) vf              { return v.AsFloat32x8() }
-func loadU16(s []uint16) vi    { return archsimd.LoadUint16x8Slice(s).ExtendToUint32().AsInt32x8() }
+func loadU16(s []uint16) vi    { return archsimd.LoadUint16x8SlicePart(s).ExtendToUint32().AsInt32x8() }
 
 // storeU16 narrows with VPACKUSDW (AVX2 has no truncating narrow): mask to
 // 16 bits first so the signed saturation cannot clamp.
 func storeU16(v vi, s []uint16) {
 	v = v.And(splatI(0xffff))
-	v.GetLo().SaturateToUint16Concat(v.GetHi()).StoreSlice(s)
+	v.GetLo().SaturateToUint16Concat(v.GetHi()).StoreSlicePart(s)
+}
+
+// lanes is true in the first n lanes (all of them for n >= W).
+func lanes(n int) archsimd.Mask32x8 {
+	return archsimd.LoadInt32x8Slice(laneTable[W-min(n, W):]).Less(splatI(0))
 }

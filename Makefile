@@ -1,0 +1,70 @@
+# metalcore: `make` builds build/libmetalcore.so, `make demo` runs the C demo
+# host on it, `make test` runs every test, `make bench` writes bench/cpu.md.
+
+GO      ?= go
+CC      ?= gcc
+# The AVX2/AVX-512 kernels use Go's experimental simd/archsimd package.
+export GOEXPERIMENT := simd
+
+LIB     := build/libmetalcore.so
+SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum
+CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
+ARM64_PKGS  := encoder/cpu ops/norm ops/softmax ops/activation ops
+
+.PHONY: all demo test test-go test-race test-portable test-c test-header test-arm64 bench fuzz clean
+
+all: $(LIB)
+
+$(LIB): $(SOURCES)
+	$(GO) build -buildmode=c-shared -o $@ ./capi
+
+build/demo: examples/demo.c include/metalcore.h
+	@mkdir -p build
+	$(CC) $(CFLAGS_TEST) -O2 -o $@ $< -ldl -lm
+
+demo: $(LIB) build/demo
+	./build/demo $(LIB)
+
+test: test-go test-portable test-race test-header test-c test-arm64
+	@echo "make test: all passed"
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+# The same suite built without the experiment: the portable-only build path.
+test-portable:
+	GOEXPERIMENT= $(GO) test -count=1 ./encoder/... ./ops/...
+
+test-race:
+	$(GO) test -count=1 -race -run 'Concurrent|BadInputs|Fuzz' ./ops/
+
+test-header:
+	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c include/metalcore.h
+	g++ -std=c++11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c++ include/metalcore.h
+
+build/abi_test: tests/c/abi_test.c include/metalcore.h
+	@mkdir -p build
+	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl -lm -lpthread
+
+test-c: $(LIB) build/abi_test
+	./build/abi_test $(LIB)
+
+# arm64: the pure-Go packages cross-compiled and run under qemu-user-static.
+test-arm64:
+	@command -v qemu-aarch64-static >/dev/null || { echo "test-arm64: qemu-aarch64-static missing (apt install qemu-user-static)"; exit 1; }
+	@mkdir -p build/arm64
+	@set -e; for p in $(ARM64_PKGS); do \
+		n=$$(echo $$p | tr / _); \
+		CGO_ENABLED=0 GOARCH=arm64 $(GO) test -c -o build/arm64/$$n.test ./$$p; \
+		echo "arm64 $$p"; (cd $$p && qemu-aarch64-static $(CURDIR)/build/arm64/$$n.test -test.count=1); \
+	done
+
+bench: $(LIB)
+	$(GO) run ./bench/cpu -out bench/cpu.md
+
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzValidation -fuzztime 60s ./ops/
+
+clean:
+	rm -rf build

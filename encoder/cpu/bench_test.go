@@ -1,0 +1,35 @@
+package cpu
+
+import (
+	"testing"
+)
+
+// Per-primitive throughput on one L1-resident chunk, per implementation.
+func BenchmarkPrimitives(b *testing.B) {
+	x, y, out := make([]float32, Chunk), make([]float32, Chunk), make([]float32, Chunk)
+	h := make([]uint16, Chunk)
+	for i := range x {
+		x[i], y[i] = float32(i%97)/50-1, float32(i%13)/7
+	}
+	for _, k := range tables {
+		cases := map[string]func(){
+			"SumSq":     func() { k.SumSq(x) },
+			"ExpSum":    func() { k.ExpSum(x, 1) },
+			"ExpScale":  func() { k.ExpScale(out, x, 1, 0.5) },
+			"Normalize": func() { k.Normalize(out, x, y, nil, 0, 1.5) },
+			"GeluErf":   func() { k.GeluErf(out, x) },
+			"Silu":      func() { k.Silu(out, x) },
+			"ToBF16":    func() { k.F32ToBF16(h, x) },
+			"FromBF16":  func() { k.BF16ToF32(out, h) },
+			"ToF16":     func() { k.F32ToF16(h, x) },
+		}
+		for name, f := range cases {
+			b.Run(k.Name+"/"+name, func(b *testing.B) {
+				b.SetBytes(Chunk * 4)
+				for b.Loop() {
+					f()
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"metalcore/encoder/cpu/simd"
+)
+
+func allTables(t *testing.T) []*simd.Table {
+	require.Equal(t, "portable", tables[len(tables)-1].Name)
+	return tables
+}
+
+func decodeHalf(h uint16) float64 {
+	e, m := int(h>>10&0x1f), float64(h&0x3ff)
+	v := math.Ldexp(m, -24) // subnormal
+	if e > 0 {
+		v = math.Ldexp(1+m/1024, e-15)
+	}
+	if e == 31 {
+		v = math.Inf(1)
+		if m != 0 {
+			v = math.NaN()
+		}
+	}
+	if h&0x8000 != 0 {
+		v = -v
+	}
+	return v
+}
+
+// Every half and bfloat16 value widens exactly, in every implementation.
+func TestWidenAllValues(t *testing.T) {
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	for _, k := range allTables(t) {
+		f16, bf16 := make([]float32, len(src)), make([]float32, len(src))
+		k.F16ToF32(f16, src)
+		k.BF16ToF32(bf16, src)
+		for i, h := range src {
+			want := decodeHalf(h)
+			if math.IsNaN(want) {
+				require.True(t, math.IsNaN(float64(f16[i])), "%s f16 %#04x", k.Name, h)
+			} else {
+				require.Equal(t, want, float64(f16[i]), "%s f16 %#04x", k.Name, h)
+			}
+			require.Equal(t, uint32(h)<<16, math.Float32bits(bf16[i]), "%s bf16 %#04x", k.Name, h)
+		}
+	}
+}
+
+// Narrowing rounds to the nearest representable value, ties to even, keeps
+// NaN a NaN and overflows to infinity; every implementation agrees bit for
+// bit with the scalar code, which is checked against exact decoding.
+func TestNarrowRoundsToNearestEven(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+	var in []float32
+	for h := range 1 << 16 { // every half and its neighbours and midpoints
+		f := float32(decodeHalf(uint16(h)))
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			continue
+		}
+		next := float32(decodeHalf(uint16(h + 1)))
+		in = append(in, f, math.Nextafter32(f, 1e30), math.Nextafter32(f, -1e30), (f+next)/2)
+	}
+	for range 200000 {
+		in = append(in, math.Float32frombits(rng.Uint32()))
+	}
+	in = append(in, float32(math.Inf(1)), float32(math.Inf(-1)), 65504, 65520, 65519.99, 1e-8, -1e-8, 0x1p-25, 0x1.8p-24)
+	for _, k := range allTables(t) {
+		f16, bf16 := make([]uint16, len(in)), make([]uint16, len(in))
+		k.F32ToF16(f16, in)
+		k.F32ToBF16(bf16, in)
+		for i, f := range in {
+			require.Equal(t, simd.F32ToF16(f), f16[i], "%s f16(%g)", k.Name, f)
+			require.Equal(t, simd.F32ToBF16(f), bf16[i], "%s bf16(%g)", k.Name, f)
+		}
+	}
+	for _, f := range in {
+		checkNearest(t, float64(f), decodeHalf(simd.F32ToF16(f)), decodeHalf, simd.F32ToF16(f))
+		bf := func(h uint16) float64 { return float64(math.Float32frombits(uint32(h) << 16)) }
+		checkNearest(t, float64(f), bf(simd.F32ToBF16(f)), bf, simd.F32ToBF16(f))
+	}
+}
+
+func checkNearest(t *testing.T, f, got float64, decode func(uint16) float64, h uint16) {
+	if math.IsNaN(f) {
+		require.True(t, math.IsNaN(got), "NaN narrowed to %v", got)
+		return
+	}
+	if math.IsInf(got, 0) {
+		lim := decode(h - 1) // the largest finite value of that sign
+		require.True(t, math.Abs(f) >= math.Abs(lim)+(math.Abs(lim)-math.Abs(decode(h-2)))/2, "%g overflowed", f)
+		return
+	}
+	for _, nb := range []uint16{h - 1, h + 1} {
+		n := decode(nb)
+		if math.IsNaN(n) || math.IsInf(n, 0) || math.Signbit(n) != math.Signbit(got) {
+			continue
+		}
+		d, dn := math.Abs(f-got), math.Abs(f-n)
+		require.True(t, d < dn || d == dn && h&1 == 0, "%g rounded to %g, %g is nearer or even", f, got, n)
+	}
+}
+
+// Every primitive of every implementation against float64 on random data,
+// over lengths that cover the vector body and every tail length.
+func TestPrimitives(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 2))
+	for _, k := range allTables(t) {
+		for _, n := range []int{0, 1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 100, 1024} {
+			a, b, c, d := randv(rng, n), randv(rng, n), randv(rng, n), randv(rng, n)
+			var sum, sumSq, dot, mx, expSum float64
+			mx = math.Inf(-1)
+			for i := range n {
+				sum += float64(a[i])
+				sumSq += float64(a[i]) * float64(a[i])
+				dot += float64(a[i]) * float64(b[i])
+				mx = math.Max(mx, float64(a[i]))
+				expSum += math.Exp(float64(a[i]) - 1)
+			}
+			near := func(what string, got, want float64) {
+				require.InDelta(t, want, got, 1e-5*(1+math.Abs(want))+1e-6*float64(n), "%s %s n=%d", k.Name, what, n)
+			}
+			near("Sum", float64(k.Sum(a)), sum)
+			near("SumSq", float64(k.SumSq(a)), sumSq)
+			near("Dot", float64(k.Dot(a, b)), dot)
+			if n > 0 {
+				require.Equal(t, float32(mx), k.Max(a), "%s Max n=%d", k.Name, n)
+			}
+			near("ExpSum", float64(k.ExpSum(a, 1)), expSum)
+			each := func(what string, got []float32, want func(i int) float64) {
+				for i := range n {
+					w := want(i)
+					require.InDelta(t, w, float64(got[i]), 2e-6*(1+math.Abs(w)), "%s %s n=%d i=%d", k.Name, what, n, i)
+				}
+			}
+			out := make([]float32, n)
+			k.ExpScale(out, a, 0.5, 0.25)
+			each("ExpScale", out, func(i int) float64 { return math.Exp(float64(a[i])-0.5) * 0.25 })
+			k.Add(out, a, b)
+			each("Add", out, func(i int) float64 { return float64(a[i]) + float64(b[i]) })
+			k.Mul(out, a, b)
+			each("Mul", out, func(i int) float64 { return float64(a[i]) * float64(b[i]) })
+			for _, wb := range [][2][]float32{{b, c}, {b, nil}, {nil, c}, {nil, nil}} {
+				k.Normalize(out, a, wb[0], wb[1], 0.3, 1.7)
+				each("Normalize", out, func(i int) float64 {
+					v := (float64(a[i]) - 0.3) * 1.7
+					if wb[0] != nil {
+						v *= float64(b[i])
+					}
+					if wb[1] != nil {
+						v += float64(c[i])
+					}
+					return v
+				})
+			}
+			k.NormGrad(out, a, b, 0.5, 0.25, 2)
+			each("NormGrad", out, func(i int) float64 { return 2 * (float64(a[i]) - 0.5*float64(b[i]) - 0.25) })
+			k.SoftmaxGrad(out, a, b, 0.5)
+			each("SoftmaxGrad", out, func(i int) float64 { return float64(a[i]) * (float64(b[i]) - 0.5) })
+			acc := append([]float32(nil), d...)
+			k.FMAcc(acc, a, b, 3)
+			each("FMAcc", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*float64(b[i])*3 })
+		}
+	}
+}
+
+func randv(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * 2)
+	}
+	return v
+}
+
+func TestUseRejectsUnknown(t *testing.T) {
+	require.Error(t, Use("sse9"))
+	require.Equal(t, ISAs()[0], K().Name)
+}

@@ -1,0 +1,391 @@
+/* Drives libmetalcore.so through include/metalcore.h the way a C host does:
+ * dlopen, every op on CPU tensors in float32 and bfloat16 against a naive
+ * double-precision reference written here, bad inputs, thread-local errors,
+ * and a call from a forked child. Exit status 0 means every check passed. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "metalcore.h"
+
+static int failures;
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (!(cond)) {                                                \
+            failures++;                                               \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
+            fprintf(stderr, __VA_ARGS__);                             \
+            fprintf(stderr, "\n");                                    \
+        }                                                             \
+    } while (0)
+
+/* every function of the header, resolved with dlsym */
+#define FUNCS(X)                                                                   \
+    X(mc_version) X(mc_version_string) X(mc_backend_available) X(mc_last_error)    \
+    X(mc_rmsnorm_fwd) X(mc_rmsnorm_bwd_workspace_size) X(mc_rmsnorm_bwd)            \
+    X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
+    X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
+    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd)
+#define DECLARE(name) static __typeof__(&name) p_##name;
+FUNCS(DECLARE)
+
+/* ---- tensors ------------------------------------------------------------ */
+
+/* copied by value: shape and data live on the heap */
+typedef struct {
+    mc_tensor t;
+    void* mem;
+    int64_t n;
+} tensor;
+
+static const mc_dtype F32 = {MC_DTYPE_FLOAT, 32, 1}, BF16 = {MC_DTYPE_BFLOAT, 16, 1};
+
+static tensor make(mc_dtype dt, int ndim, int64_t rows, int64_t cols) {
+    tensor x;
+    memset(&x, 0, sizeof x);
+    int64_t* shape = malloc(2 * sizeof(int64_t));
+    shape[0] = ndim == 1 ? cols : rows;
+    shape[1] = cols;
+    x.n = ndim == 1 ? cols : rows * cols;
+    x.mem = malloc((size_t)(x.n ? x.n : 1) * 4);
+    memset(x.mem, 0xff, (size_t)(x.n ? x.n : 1) * 4); /* NaN poison */
+    x.t.data = x.mem;
+    x.t.device.device_type = MC_DEVICE_CPU;
+    x.t.ndim = ndim;
+    x.t.dtype = dt;
+    x.t.shape = shape;
+    return x;
+}
+
+static double get(const tensor* x, int64_t i) {
+    if (x->t.dtype.bits == 32) return ((float*)x->mem)[i];
+    uint32_t u = (uint32_t)((uint16_t*)x->mem)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void set(tensor* x, int64_t i, double v) {
+    float f = (float)v;
+    if (x->t.dtype.bits == 32) {
+        ((float*)x->mem)[i] = f;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
+    ((uint16_t*)x->mem)[i] = (uint16_t)(u >> 16);
+}
+
+static void fill(tensor* x, double scale) {
+    for (int64_t i = 0; i < x->n; i++) set(x, i, scale * ((double)rand() / RAND_MAX * 2 - 1));
+}
+
+static double tol(mc_dtype dt) { return dt.bits == 32 ? 2e-5 : 1.0 / 64; }
+
+static void expect_close(const char* what, const tensor* got, const double* want, mc_dtype dt, double scale) {
+    int bad = 0;
+    for (int64_t i = 0; i < got->n; i++) {
+        double g = get(got, i);
+        if (!(fabs(g - want[i]) <= tol(dt) * (fabs(want[i]) + scale))) {
+            if (bad++ < 3) CHECK(0, "%s (%d-bit)[%ld] = %g, want %g", what, dt.bits, (long)i, g, want[i]);
+        }
+    }
+}
+
+/* ---- naive references --------------------------------------------------- */
+
+static double* rmsnorm_ref(const tensor* x, const tensor* w, int64_t rows, int64_t cols, double* rstd) {
+    double* y = malloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t c = 0; c < cols; c++) ss += get(x, r * cols + c) * get(x, r * cols + c);
+        rstd[r] = 1 / sqrt(ss / (double)cols + 1e-5);
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = get(x, r * cols + c) * rstd[r] * get(w, c);
+    }
+    return y;
+}
+
+static double gelu_ref(double x, int tanh_form) {
+    if (tanh_form) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x / sqrt(2)));
+}
+
+static double gelu_grad_ref(double x, int tanh_form) {
+    double h = 1e-4; /* central difference in double: accurate to ~1e-8 */
+    return (gelu_ref(x + h, tanh_form) - gelu_ref(x - h, tanh_form)) / (2 * h);
+}
+
+static double silu_ref(double x) { return x / (1 + exp(-x)); }
+
+/* ---- op checks ----------------------------------------------------------- */
+
+static void check_norms(mc_dtype dt, int64_t rows, int64_t cols) {
+    tensor x = make(dt, 2, rows, cols), w = make(dt, 1, 0, cols), y = make(dt, 2, rows, cols);
+    tensor rstd = make(F32, 1, 0, rows), res = make(dt, 2, rows, cols), ro = make(dt, 2, rows, cols);
+    fill(&x, 2);
+    fill(&w, 1);
+    fill(&res, 1);
+    double* r = malloc(sizeof(double) * (size_t)rows);
+    double* want = rmsnorm_ref(&x, &w, rows, cols, r);
+    CHECK(p_mc_rmsnorm_fwd(&x.t, &w.t, 1e-5f, &y.t, &rstd.t, NULL) == MC_OK, "rmsnorm_fwd: %s", p_mc_last_error());
+    expect_close("rmsnorm y", &y, want, dt, 1);
+    expect_close("rmsnorm rstd", &rstd, r, F32, 1);
+    free(want);
+
+    /* fused add: residual_out is rounded to dt, then normalized */
+    CHECK(p_mc_fused_add_rmsnorm_fwd(&x.t, &res.t, &w.t, 1e-5f, &y.t, &ro.t, &rstd.t, NULL) == MC_OK, "fused: %s",
+          p_mc_last_error());
+    tensor sum = make(dt, 2, rows, cols);
+    for (int64_t i = 0; i < sum.n; i++) set(&sum, i, (float)get(&x, i) + (float)get(&res, i));
+    want = rmsnorm_ref(&sum, &w, rows, cols, r);
+    for (int64_t i = 0; i < sum.n; i++) CHECK(get(&ro, i) == get(&sum, i), "residual_out[%ld]", (long)i);
+    expect_close("fused y", &y, want, dt, 1);
+    free(want);
+
+    /* rmsnorm backward with dweight through the workspace */
+    tensor dy = make(dt, 2, rows, cols), dx = make(dt, 2, rows, cols), dw = make(dt, 1, 0, cols);
+    fill(&dy, 1);
+    CHECK(p_mc_rmsnorm_fwd(&x.t, &w.t, 1e-5f, &y.t, &rstd.t, NULL) == MC_OK, "rmsnorm_fwd");
+    int64_t bytes = -1;
+    CHECK(p_mc_rmsnorm_bwd_workspace_size(&x.t, &bytes) == MC_OK && bytes >= 0, "workspace size");
+    tensor ws = make((mc_dtype){1, 8, 1}, 1, 0, bytes); /* uint8 */
+    CHECK(p_mc_rmsnorm_bwd(&dy.t, &x.t, &w.t, &rstd.t, &dx.t, &dw.t, &ws.t, NULL) == MC_OK, "rmsnorm_bwd: %s",
+          p_mc_last_error());
+    double* wdx = calloc((size_t)(rows * cols), sizeof(double));
+    double* wdw = calloc((size_t)cols, sizeof(double));
+    for (int64_t rr = 0; rr < rows; rr++) {
+        double rs = get(&rstd, rr), dot = 0;
+        for (int64_t c = 0; c < cols; c++) dot += get(&dy, rr * cols + c) * get(&w, c) * get(&x, rr * cols + c);
+        for (int64_t c = 0; c < cols; c++) {
+            double xv = get(&x, rr * cols + c), g = get(&dy, rr * cols + c) * get(&w, c);
+            wdx[rr * cols + c] = rs * (g - xv * rs * rs * dot / (double)cols);
+            wdw[c] += get(&dy, rr * cols + c) * xv * rs;
+        }
+    }
+    expect_close("rmsnorm dx", &dx, wdx, dt, 1);
+    expect_close("rmsnorm dweight", &dw, wdw, dt, 2 * sqrt((double)rows));
+
+    /* layernorm forward + backward (dweight, dbias) */
+    tensor b = make(dt, 1, 0, cols), mean = make(F32, 1, 0, rows), db = make(dt, 1, 0, cols);
+    fill(&b, 1);
+    CHECK(p_mc_layernorm_fwd(&x.t, &w.t, &b.t, 1e-5f, &y.t, &mean.t, &rstd.t, NULL) == MC_OK, "layernorm_fwd: %s",
+          p_mc_last_error());
+    double* wy = malloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t rr = 0; rr < rows; rr++) {
+        double m = 0, v = 0;
+        for (int64_t c = 0; c < cols; c++) m += get(&x, rr * cols + c);
+        m /= (double)cols;
+        for (int64_t c = 0; c < cols; c++) v += pow(get(&x, rr * cols + c) - m, 2);
+        double rs = 1 / sqrt(v / (double)cols + 1e-5);
+        for (int64_t c = 0; c < cols; c++) wy[rr * cols + c] = (get(&x, rr * cols + c) - m) * rs * get(&w, c) + get(&b, c);
+    }
+    expect_close("layernorm y", &y, wy, dt, 1);
+    CHECK(p_mc_layernorm_bwd_workspace_size(&x.t, &bytes) == MC_OK, "ln workspace size");
+    tensor ws2 = make(F32, 1, 0, bytes / 4);
+    CHECK(p_mc_layernorm_bwd(&dy.t, &x.t, &w.t, &mean.t, &rstd.t, &dx.t, &dw.t, &db.t, &ws2.t, NULL) == MC_OK,
+          "layernorm_bwd: %s", p_mc_last_error());
+    memset(wdw, 0, sizeof(double) * (size_t)cols);
+    double* wdb = calloc((size_t)cols, sizeof(double));
+    for (int64_t rr = 0; rr < rows; rr++) {
+        double m = get(&mean, rr), rs = get(&rstd, rr), sg = 0, sgx = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            double g = get(&dy, rr * cols + c) * get(&w, c), xh = (get(&x, rr * cols + c) - m) * rs;
+            sg += g;
+            sgx += g * xh;
+            wdw[c] += get(&dy, rr * cols + c) * xh;
+            wdb[c] += get(&dy, rr * cols + c);
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            double g = get(&dy, rr * cols + c) * get(&w, c), xh = (get(&x, rr * cols + c) - m) * rs;
+            wdx[rr * cols + c] = rs * (g - sg / (double)cols - xh * sgx / (double)cols);
+        }
+    }
+    expect_close("layernorm dx", &dx, wdx, dt, 1);
+    expect_close("layernorm dweight", &dw, wdw, dt, 2 * sqrt((double)rows));
+    expect_close("layernorm dbias", &db, wdb, dt, 2 * sqrt((double)rows));
+    free(r), free(wdx), free(wdw), free(wdb), free(wy);
+    tensor* all[] = {&x, &w, &y, &rstd, &res, &ro, &sum, &dy, &dx, &dw, &ws, &b, &mean, &db, &ws2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->mem);
+}
+
+static void check_softmax_activations(mc_dtype dt, int64_t rows, int64_t cols) {
+    tensor x = make(dt, 2, rows, cols), y = make(dt, 2, rows, cols), dy = make(dt, 2, rows, cols),
+           dx = make(dt, 2, rows, cols);
+    fill(&x, 4);
+    fill(&dy, 1);
+    double* want = malloc(sizeof(double) * (size_t)(rows * cols));
+    CHECK(p_mc_softmax_fwd(&x.t, &y.t, NULL) == MC_OK, "softmax_fwd: %s", p_mc_last_error());
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t c = 0; c < cols; c++) m = fmax(m, get(&x, r * cols + c));
+        for (int64_t c = 0; c < cols; c++) s += exp(get(&x, r * cols + c) - m);
+        for (int64_t c = 0; c < cols; c++) want[r * cols + c] = exp(get(&x, r * cols + c) - m) / s;
+    }
+    expect_close("softmax y", &y, want, dt, 1.0 / (double)cols);
+    CHECK(p_mc_softmax_bwd(&dy.t, &y.t, &dx.t, NULL) == MC_OK, "softmax_bwd: %s", p_mc_last_error());
+    for (int64_t r = 0; r < rows; r++) {
+        double d = 0;
+        for (int64_t c = 0; c < cols; c++) d += get(&dy, r * cols + c) * get(&y, r * cols + c);
+        for (int64_t c = 0; c < cols; c++) want[r * cols + c] = get(&y, r * cols + c) * (get(&dy, r * cols + c) - d);
+    }
+    expect_close("softmax dx", &dx, want, dt, 2.0 / (double)cols);
+
+    for (int form = 0; form < 2; form++) {
+        CHECK(p_mc_gelu_fwd(&x.t, form, &y.t, NULL) == MC_OK, "gelu_fwd: %s", p_mc_last_error());
+        for (int64_t i = 0; i < x.n; i++) want[i] = gelu_ref(get(&x, i), form);
+        expect_close(form ? "gelu tanh y" : "gelu erf y", &y, want, dt, 1);
+        CHECK(p_mc_gelu_bwd(&dy.t, &x.t, form, &dx.t, NULL) == MC_OK, "gelu_bwd: %s", p_mc_last_error());
+        for (int64_t i = 0; i < x.n; i++) want[i] = get(&dy, i) * gelu_grad_ref(get(&x, i), form);
+        expect_close(form ? "gelu tanh dx" : "gelu erf dx", &dx, want, dt, 1);
+    }
+    CHECK(p_mc_silu_fwd(&x.t, &y.t, NULL) == MC_OK, "silu_fwd: %s", p_mc_last_error());
+    for (int64_t i = 0; i < x.n; i++) want[i] = silu_ref(get(&x, i));
+    expect_close("silu y", &y, want, dt, 1);
+    CHECK(p_mc_silu_bwd(&dy.t, &x.t, &dx.t, NULL) == MC_OK, "silu_bwd: %s", p_mc_last_error());
+    for (int64_t i = 0; i < x.n; i++) {
+        double s = 1 / (1 + exp(-get(&x, i)));
+        want[i] = get(&dy, i) * s * (1 + get(&x, i) * (1 - s));
+    }
+    expect_close("silu dx", &dx, want, dt, 1);
+    free(want), free(x.mem), free(y.mem), free(dy.mem), free(dx.mem);
+}
+
+/* A failing call returns the status, names the function and the argument,
+ * and leaves the output as it was. */
+static void expect_failure(const char* what, mc_status got, mc_status want, const char* mention, const tensor* out,
+                           const void* before) {
+    CHECK(got == want, "%s: status %d, want %d (%s)", what, got, want, p_mc_last_error());
+    CHECK(strstr(p_mc_last_error(), mention) != NULL, "%s: message \"%s\" lacks \"%s\"", what, p_mc_last_error(),
+          mention);
+    CHECK(memcmp(out->mem, before, (size_t)out->n * 4) == 0, "%s: output changed", what);
+}
+
+static void check_bad_inputs(void) {
+    tensor x = make(F32, 2, 4, 8), w = make(F32, 1, 0, 8), y = make(F32, 2, 4, 8);
+    fill(&x, 1);
+    fill(&w, 1);
+    void* before = malloc((size_t)y.n * 4);
+    memcpy(before, y.mem, (size_t)y.n * 4);
+    expect_failure("NULL x", p_mc_rmsnorm_fwd(NULL, &w.t, 1e-5f, &y.t, NULL, NULL), MC_ERR_INVALID_ARGUMENT,
+                   "mc_rmsnorm_fwd: x", &y, before);
+    tensor w7 = make(F32, 1, 0, 7);
+    expect_failure("short weight", p_mc_rmsnorm_fwd(&x.t, &w7.t, 1e-5f, &y.t, NULL, NULL), MC_ERR_INVALID_ARGUMENT,
+                   "weight", &y, before);
+    x.t.device.device_type = MC_DEVICE_CUDA;
+    expect_failure("CUDA x", p_mc_softmax_fwd(&x.t, &y.t, NULL), MC_ERR_UNSUPPORTED_DEVICE, "CUDA", &y, before);
+    x.t.device.device_type = MC_DEVICE_CPU;
+    x.t.dtype.bits = 64;
+    expect_failure("float64 x", p_mc_gelu_fwd(&x.t, 0, &y.t, NULL), MC_ERR_UNSUPPORTED_DTYPE, "x", &y, before);
+    x.t.dtype = BF16;
+    expect_failure("mixed dtypes", p_mc_silu_fwd(&x.t, &y.t, NULL), MC_ERR_UNSUPPORTED_DTYPE, "y", &y, before);
+    x.t.dtype = F32;
+    int64_t strides[2] = {16, 2};
+    x.t.strides = strides;
+    expect_failure("strided last dim", p_mc_softmax_fwd(&x.t, &y.t, NULL), MC_ERR_UNSUPPORTED_LAYOUT, "stride", &y,
+                   before);
+    x.t.strides = NULL;
+    tensor shifted = y;
+    shifted.t.data = (float*)x.mem + 1;
+    memcpy(before, x.mem, (size_t)x.n * 4);
+    expect_failure("partial overlap", p_mc_softmax_fwd(&x.t, &shifted.t, NULL), MC_ERR_INVALID_ARGUMENT, "overlap",
+                   &x, before);
+    int dummy;
+    memcpy(before, y.mem, (size_t)y.n * 4);
+    expect_failure("encoder for CPU", p_mc_softmax_fwd(&x.t, &y.t, &dummy), MC_ERR_INVALID_ARGUMENT, "encoder", &y,
+                   before);
+    int64_t bytes = 42;
+    CHECK(p_mc_rmsnorm_bwd_workspace_size(&x.t, NULL) == MC_ERR_INVALID_ARGUMENT, "NULL bytes");
+    CHECK(p_mc_layernorm_bwd_workspace_size(NULL, &bytes) == MC_ERR_INVALID_ARGUMENT && bytes == 42, "NULL x");
+    /* in place is fine */
+    CHECK(p_mc_softmax_fwd(&x.t, &x.t, NULL) == MC_OK, "in place: %s", p_mc_last_error());
+    /* empty tensors launch nothing and succeed */
+    tensor e = make(F32, 2, 0, 8);
+    CHECK(p_mc_softmax_fwd(&e.t, &e.t, NULL) == MC_OK, "empty: %s", p_mc_last_error());
+    free(before), free(x.mem), free(w.mem), free(y.mem), free(w7.mem), free(e.mem);
+}
+
+/* The error message is per thread: a failure on one thread is not seen on
+ * another. */
+static void* fail_on_thread(void* arg) {
+    (void)arg;
+    p_mc_softmax_fwd(NULL, NULL, NULL);
+    return strstr(p_mc_last_error(), "mc_softmax_fwd") ? (void*)1 : NULL;
+}
+
+static void check_thread_local_errors(void) {
+    tensor x = make(F32, 2, 2, 4);
+    fill(&x, 1);
+    CHECK(p_mc_silu_fwd(NULL, &x.t, NULL) == MC_ERR_INVALID_ARGUMENT, "silu NULL");
+    pthread_t th;
+    void* ok = NULL;
+    pthread_create(&th, NULL, fail_on_thread, NULL);
+    pthread_join(th, &ok);
+    CHECK(ok == (void*)1, "message on the failing thread");
+    CHECK(strstr(p_mc_last_error(), "mc_silu_fwd") != NULL, "this thread's message was replaced: %s",
+          p_mc_last_error());
+    free(x.mem);
+}
+
+/* A forked child (as Python's multiprocessing does) can still run an op
+ * large enough to use the worker pool, without hanging. */
+static void check_fork(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        tensor x = make(F32, 2, 512, 1024), y = make(F32, 2, 512, 1024);
+        fill(&x, 1);
+        mc_status st = p_mc_softmax_fwd(&x.t, &y.t, NULL);
+        double s = 0;
+        for (int64_t c = 0; c < 1024; c++) s += get(&y, c);
+        _exit(st == MC_OK && fabs(s - 1) < 1e-4 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child: status %#x", status);
+}
+
+int main(int argc, char** argv) {
+    const char* path = argc > 1 ? argv[1] : "build/libmetalcore.so";
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        return 2;
+    }
+#define RESOLVE(name)                                                    \
+    p_##name = (__typeof__(p_##name))dlsym(lib, #name);                  \
+    if (!p_##name) {                                                     \
+        fprintf(stderr, "%s: missing symbol %s\n", path, #name);         \
+        return 2;                                                        \
+    }
+    FUNCS(RESOLVE)
+    CHECK(p_mc_version() >= 100, "version %d", p_mc_version());
+    CHECK(strlen(p_mc_version_string()) >= 5, "version string");
+    CHECK(p_mc_backend_available(MC_DEVICE_CPU) == 1, "CPU available");
+    CHECK(p_mc_backend_available(12345) == 0, "unknown backend");
+    CHECK(strcmp(p_mc_last_error(), "") == 0, "no error yet");
+    srand(1);
+    int64_t shapes[][2] = {{1, 1}, {3, 7}, {4, 33}, {2, 1030}, {5, 4096}, {1, 9001}, {64, 96}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        for (int b = 0; b < 2; b++) {
+            check_norms(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
+            check_softmax_activations(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
+        }
+    }
+    check_bad_inputs();
+    check_thread_local_errors();
+    check_fork();
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("abi_test: all checks passed (%s, version %s)\n", path, p_mc_version_string());
+    return 0;
+}
