@@ -31,12 +31,22 @@ func Threads() int { return int(threads.Load()) }
 // SetThreads changes it (n < 1 means 1).
 func SetThreads(n int) { threads.Store(int32(max(n, 1))) }
 
-// Chunk is the number of elements kernels handle at once: small enough that
-// a few float32 chunks per worker stay in L1.
+// Chunk is the number of elements elementwise kernels handle at once: small
+// enough that a few float32 chunks per worker stay in L1.
 const Chunk = 1024
 
-// Scratch is one worker's float32 chunk buffers.
-type Scratch struct{ B [6][Chunk]float32 }
+// Scratch is one worker's float32 buffers, grown on demand and reused
+// through a pool: row kernels keep a whole row of a 16-bit tensor in
+// float32 so it is converted once.
+type Scratch struct{ b [6][]float32 }
+
+// Buf is buffer i with length n (its contents are garbage).
+func (s *Scratch) Buf(i, n int) []float32 {
+	if cap(s.b[i]) < n {
+		s.b[i] = make([]float32, n)
+	}
+	return s.b[i][:n]
+}
 
 var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
 

@@ -36,29 +36,30 @@ func (s Span) u16(off, n int) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Add(s.P, off*2)), n)
 }
 
-// Load returns elements [off, off+n) as float32 (nil for an absent span),
-// converting into buf when the memory is not float32.
-func (s Span) Load(off, n int, buf *[Chunk]float32) []float32 {
+// Load returns elements [off, off+len(buf)) as float32 (nil for an absent
+// span): the float32 memory itself, or buf filled by conversion.
+func (s Span) Load(off int, buf []float32) []float32 {
+	n := len(buf)
 	switch {
 	case s.P == nil:
 		return nil
 	case s.DT == core.F32:
 		return s.f32(off, n)
 	case s.DT == core.BF16:
-		K().BF16ToF32(buf[:n], s.u16(off, n))
+		K().BF16ToF32(buf, s.u16(off, n))
 	default:
-		K().F16ToF32(buf[:n], s.u16(off, n))
+		K().F16ToF32(buf, s.u16(off, n))
 	}
-	return buf[:n]
+	return buf
 }
 
-// Out is where a kernel should write elements [off, off+n) before Store:
-// the float32 memory itself, or buf.
-func (s Span) Out(off, n int, buf *[Chunk]float32) []float32 {
+// Out is where a kernel should write elements [off, off+len(buf)) before
+// Store: the float32 memory itself, or buf.
+func (s Span) Out(off int, buf []float32) []float32 {
 	if s.DT == core.F32 {
-		return s.f32(off, n)
+		return s.f32(off, len(buf))
 	}
-	return buf[:n]
+	return buf
 }
 
 // Store writes v to elements [off, off+len(v)), rounding to the dtype; a
@@ -84,4 +85,17 @@ func Float32s(p unsafe.Pointer, n int) []float32 {
 		return nil
 	}
 	return unsafe.Slice((*float32)(p), n)
+}
+
+// Vector is a whole per-column tensor (weight, bias) as float32, converted
+// once per call when it is 16-bit; nil for an absent one.
+func Vector(v *core.View) []float32 {
+	if v == nil {
+		return nil
+	}
+	s := RowSpan(v, 0)
+	if s.DT == core.F32 {
+		return s.f32(0, v.Cols)
+	}
+	return s.Load(0, make([]float32, v.Cols))
 }

@@ -116,8 +116,8 @@ func elementwise(out, a, b *core.View, f func(dst, a, b []float32)) {
 			o, sa, sb := seg(out, i), seg(a, i), seg(b, i)
 			for off := 0; off < n; off += cpu.Chunk {
 				m := min(cpu.Chunk, n-off)
-				dst := o.Out(off, m, &s.B[2])
-				f(dst, sa.Load(off, m, &s.B[0]), sb.Load(off, m, &s.B[1]))
+				dst := o.Out(off, s.Buf(2, m))
+				f(dst, sa.Load(off, s.Buf(0, m)), sb.Load(off, s.Buf(1, m)))
 				o.Store(off, dst)
 			}
 		}

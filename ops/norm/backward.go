@@ -86,29 +86,16 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	if err := b.Done(enc); err != nil || b.x.N == 0 {
 		return err
 	}
-	k, cols := cpu.K(), b.x.Cols
-	rs := rowStats(rv, b.x.Rows)
+	cols, w, rs := b.x.Cols, cpu.Vector(b.w), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
-		dy, x, dx, w := cpu.RowSpan(b.dy, r), cpu.RowSpan(b.x, r), cpu.RowSpan(b.dx, r), cpu.OptRowSpan(b.w, 0)
+		k := cpu.K()
+		dys, xs, g := b.rows(r, w, s)
 		inv := rs[r]
-		var dot float32
-		for off := 0; off < cols; off += cpu.Chunk {
-			n := min(cpu.Chunk, cols-off)
-			g := gradOut(dy.Load(off, n, &s.B[0]), w.Load(off, n, &s.B[1]), &s.B[2])
-			dot += k.Dot(g, x.Load(off, n, &s.B[3]))
+		c := k.Dot(g, xs) * inv * inv / float32(cols)
+		if partial != nil {
+			k.FMAcc(partial, dys, xs, inv)
 		}
-		c := dot * inv * inv / float32(cols)
-		for off := 0; off < cols; off += cpu.Chunk {
-			n := min(cpu.Chunk, cols-off)
-			dys, xs := dy.Load(off, n, &s.B[0]), x.Load(off, n, &s.B[3])
-			g := gradOut(dys, w.Load(off, n, &s.B[1]), &s.B[2])
-			if partial != nil {
-				k.FMAcc(partial[off:off+n], dys, xs, inv) // before dx may overwrite dy
-			}
-			out := dx.Out(off, n, &s.B[4])
-			k.NormGrad(out, g, xs, c, 0, inv)
-			dx.Store(off, out)
-		}
+		writeRow(cpu.RowSpan(b.dx, r), cols, s, func(out []float32) { k.NormGrad(out, g, xs, c, 0, inv) })
 	}
 	reduceRows(b.x.Rows, cols, 1, wsv, gs, row)
 	return nil
@@ -125,49 +112,37 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	if err := b.Done(enc); err != nil || b.x.N == 0 {
 		return err
 	}
-	k, cols := cpu.K(), b.x.Cols
+	cols, w := b.x.Cols, cpu.Vector(b.w)
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
-		dy, x, dx, w := cpu.RowSpan(b.dy, r), cpu.RowSpan(b.x, r), cpu.RowSpan(b.dx, r), cpu.OptRowSpan(b.w, 0)
-		mu, inv := ms[r], rs[r]
-		var sumG, dotGX float32
-		for off := 0; off < cols; off += cpu.Chunk {
-			n := min(cpu.Chunk, cols-off)
-			g := gradOut(dy.Load(off, n, &s.B[0]), w.Load(off, n, &s.B[1]), &s.B[2])
-			xhat := s.B[3][:n]
-			k.Normalize(xhat, x.Load(off, n, &s.B[4]), nil, nil, mu, inv)
-			sumG += k.Sum(g)
-			dotGX += k.Dot(g, xhat)
+		k := cpu.K()
+		dys, xs, g := b.rows(r, w, s)
+		inv := rs[r]
+		xhat := s.Buf(bufXhat, cols)
+		k.Normalize(xhat, xs, nil, nil, ms[r], inv)
+		a, c := k.Sum(g)/float32(cols), k.Dot(g, xhat)/float32(cols)
+		if partial != nil {
+			k.FMAcc(partial[:cols], dys, xhat, 1)
+			k.Add(partial[cols:], partial[cols:], dys)
 		}
-		a, c := sumG/float32(cols), dotGX/float32(cols)
-		for off := 0; off < cols; off += cpu.Chunk {
-			n := min(cpu.Chunk, cols-off)
-			dys := dy.Load(off, n, &s.B[0])
-			g := gradOut(dys, w.Load(off, n, &s.B[1]), &s.B[2])
-			xhat := s.B[3][:n]
-			k.Normalize(xhat, x.Load(off, n, &s.B[4]), nil, nil, mu, inv)
-			if partial != nil {
-				k.FMAcc(partial[off:off+n], dys, xhat, 1)
-				db := partial[cols+off : cols+off+n]
-				k.Add(db, db, dys)
-			}
-			out := dx.Out(off, n, &s.B[5])
-			k.NormGrad(out, g, xhat, c, a, inv)
-			dx.Store(off, out)
-		}
+		writeRow(cpu.RowSpan(b.dx, r), cols, s, func(out []float32) { k.NormGrad(out, g, xhat, c, a, inv) })
 	}
 	reduceRows(b.x.Rows, cols, 2, wsv, gs, row)
 	return nil
 }
 
-// gradOut is dy * w, or dy itself without a weight.
-func gradOut(dy, w []float32, buf *[cpu.Chunk]float32) []float32 {
+// rows loads row r of dy and x and forms g = dy * w (dy itself without a
+// weight).
+func (b *bwdCall) rows(r int, w []float32, s *cpu.Scratch) (dy, x, g []float32) {
+	cols := b.x.Cols
+	dy = cpu.RowSpan(b.dy, r).Load(0, s.Buf(bufDY, cols))
+	x = cpu.RowSpan(b.x, r).Load(0, s.Buf(bufX, cols))
 	if w == nil {
-		return dy
+		return dy, x, dy
 	}
-	g := buf[:len(dy)]
+	g = s.Buf(bufG, cols)
 	cpu.K().Mul(g, dy, w)
-	return g
+	return dy, x, g
 }
 
 // reduceRows runs row(r, partial, scratch) over all rows. Without requested
@@ -204,7 +179,7 @@ func reduceRows(rows, cols, perRow int, ws *core.View, gs []*core.View, row func
 			dst := cpu.RowSpan(g, 0)
 			for off := lo; off < hi; off += cpu.Chunk {
 				n := min(cpu.Chunk, hi-off)
-				acc := s.B[0][:n]
+				acc := s.Buf(0, n)
 				copy(acc, partials[i*cols+off:])
 				for blk := 1; blk < blocks; blk++ {
 					q := partials[blk*stride+i*cols+off:][:n]

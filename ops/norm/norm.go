@@ -1,6 +1,10 @@
 // Package norm is the normalization family: RMSNorm (plain and fused with a
 // residual add) and LayerNorm, forward and backward. It validates calls,
 // runs the CPU kernels, and holds the float64 references the tests use.
+//
+// The CPU kernels work a row at a time on float32 views of the row: the
+// tensor's own memory for float32, a per-worker buffer filled by one
+// conversion for 16-bit dtypes. Weight and bias are converted once per call.
 package norm
 
 import (
@@ -25,6 +29,15 @@ func rowInput(c *core.Call, name string, t *core.Tensor) *core.View {
 	return x
 }
 
+// Scratch buffer slots of the row kernels.
+const (
+	bufX = iota
+	bufY
+	bufDY
+	bufG
+	bufXhat
+)
+
 // RMSNormFwd: y = x / sqrt(mean(x^2) + eps) * weight, rstd saved per row.
 func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc unsafe.Pointer) error {
 	var c core.Call
@@ -40,13 +53,13 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
 	}
-	rs := rowStats(rv, xv.Rows)
-	cpu.Parallel(xv.Rows, cpu.RowGrain(xv.Cols), func(lo, hi int, s *cpu.Scratch) {
-		w := cpu.OptRowSpan(wv, 0)
+	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv), xv.Cols
+	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
+		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
-			inv := rmsInv(sumSq(x, xv.Cols, s), xv.Cols, eps)
-			scaleRow(y, x, w, xv.Cols, inv, s)
+			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
+			inv := rmsInv(k.SumSq(xs), cols, eps)
+			writeRow(cpu.RowSpan(yv, r), cols, s, func(out []float32) { k.Normalize(out, xs, w, nil, 0, inv) })
 			if rs != nil {
 				rs[r] = inv
 			}
@@ -75,30 +88,34 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
 	}
-	rs := rowStats(rv, xv.Rows)
-	k := cpu.K()
-	cols := xv.Cols
+	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		w := cpu.OptRowSpan(wv, 0)
+		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			x, res, ro, y := cpu.RowSpan(xv, r), cpu.RowSpan(resv, r), cpu.RowSpan(rov, r), cpu.RowSpan(yv, r)
-			var ss float32
-			for off := 0; off < cols; off += cpu.Chunk {
-				n := min(cpu.Chunk, cols-off)
-				xs, rsv := x.Load(off, n, &s.B[0]), res.Load(off, n, &s.B[1])
-				sum := ro.Out(off, n, &s.B[2])
-				k.Add(sum, xs, rsv)
-				ro.Store(off, sum)
-				ss += k.SumSq(ro.Load(off, n, &s.B[2])) // the rounded values
+			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
+			res := cpu.RowSpan(resv, r).Load(0, s.Buf(bufDY, cols))
+			ro := cpu.RowSpan(rov, r)
+			sum := ro.Out(0, s.Buf(bufG, cols))
+			k.Add(sum, xs, res)
+			ro.Store(0, sum)
+			if ro.DT != core.F32 { // normalize what was stored: the rounded sum
+				sum = ro.Load(0, sum)
 			}
-			inv := rmsInv(ss, cols, eps)
-			scaleRow(y, ro, w, cols, inv, s)
+			inv := rmsInv(k.SumSq(sum), cols, eps)
+			writeRow(cpu.RowSpan(yv, r), cols, s, func(out []float32) { k.Normalize(out, sum, w, nil, 0, inv) })
 			if rs != nil {
 				rs[r] = inv
 			}
 		}
 	})
 	return nil
+}
+
+// writeRow lets f compute a row of y into float32 memory and stores it.
+func writeRow(y cpu.Span, cols int, s *cpu.Scratch, f func(out []float32)) {
+	out := y.Out(0, s.Buf(bufY, cols))
+	f(out)
+	y.Store(0, out)
 }
 
 func rowStats(v *core.View, rows int) []float32 {
@@ -108,32 +125,8 @@ func rowStats(v *core.View, rows int) []float32 {
 	return cpu.Float32s(v.Base, rows)
 }
 
-func sumSq(x cpu.Span, cols int, s *cpu.Scratch) float32 {
-	var ss float32
-	for off := 0; off < cols; off += cpu.Chunk {
-		ss += cpu.K().SumSq(x.Load(off, min(cpu.Chunk, cols-off), &s.B[0]))
-	}
-	return ss
-}
-
 func rmsInv(ss float32, cols int, eps float32) float32 {
 	return float32(1 / math.Sqrt(float64(ss)/float64(cols)+float64(eps)))
-}
-
-// scaleRow writes y = x * inv * w over one row (w optional).
-func scaleRow(y, x, w cpu.Span, cols int, inv float32, s *cpu.Scratch) {
-	normalizeRow(y, x, w, cpu.Span{}, cols, 0, inv, s)
-}
-
-// normalizeRow writes y = (x - mean) * rstd * w + b over one row.
-func normalizeRow(y, x, w, b cpu.Span, cols int, mean, rstd float32, s *cpu.Scratch) {
-	k := cpu.K()
-	for off := 0; off < cols; off += cpu.Chunk {
-		n := min(cpu.Chunk, cols-off)
-		out := y.Out(off, n, &s.B[3])
-		k.Normalize(out, x.Load(off, n, &s.B[0]), w.Load(off, n, &s.B[1]), b.Load(off, n, &s.B[2]), mean, rstd)
-		y.Store(off, out)
-	}
 }
 
 // LayerNormFwd: y = (x - mean) * rstd * weight + bias, mean and rstd saved.
@@ -155,13 +148,13 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 		return err
 	}
 	ms, rs := rowStats(mv, xv.Rows), rowStats(rv, xv.Rows)
-	cols := xv.Cols
+	w, b, cols := cpu.Vector(wv), cpu.Vector(bv), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		w, b := cpu.OptRowSpan(wv, 0), cpu.OptRowSpan(bv, 0)
+		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
-			mu, inv := meanRstd(x, cols, eps, s)
-			normalizeRow(y, x, w, b, cols, mu, inv, s)
+			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
+			mu, inv := meanRstd(xs, eps, s)
+			writeRow(cpu.RowSpan(yv, r), cols, s, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
 			if ms != nil {
 				ms[r] = mu
 			}
@@ -173,21 +166,15 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 	return nil
 }
 
-// meanRstd computes a row's mean and 1/sqrt(var + eps) in one pass over
-// data shifted by its first element, which keeps the variance accurate when
-// the mean is large against the spread.
-func meanRstd(x cpu.Span, cols int, eps float32, s *cpu.Scratch) (float32, float32) {
+// meanRstd is a row's mean and 1/sqrt(var + eps), from the sums of the row
+// shifted by its first element: the shift keeps both sums small when the
+// mean is large against the spread, where plain sums lose the variance.
+func meanRstd(x []float32, eps float32, s *cpu.Scratch) (float32, float32) {
 	k := cpu.K()
-	shift := x.Load(0, 1, &s.B[0])[0]
-	var sum, sq float64
-	for off := 0; off < cols; off += cpu.Chunk {
-		n := min(cpu.Chunk, cols-off)
-		d := s.B[1][:n]
-		k.Normalize(d, x.Load(off, n, &s.B[0]), nil, nil, shift, 1)
-		sum += float64(k.Sum(d))
-		sq += float64(k.SumSq(d))
-	}
-	m := sum / float64(cols)
-	variance := max(sq/float64(cols)-m*m, 0)
+	n, shift := float64(len(x)), x[0]
+	d := s.Buf(bufXhat, len(x))
+	k.Normalize(d, x, nil, nil, shift, 1)
+	m := float64(k.Sum(d)) / n
+	variance := max(float64(k.SumSq(d))/n-m*m, 0)
 	return float32(m + float64(shift)), float32(1 / math.Sqrt(variance+float64(eps)))
 }

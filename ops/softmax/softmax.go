@@ -6,13 +6,11 @@ import (
 	"unsafe"
 
 	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
 	"metalcore/internal/core"
 )
 
-// Fwd: y = exp(x - max) / sum(exp(x - max)) per row. One pass keeps a
-// running max and rescales the running sum (online softmax), a second
-// writes the output, so x is read twice and y written once.
+// Fwd: y = exp(x - max) / sum(exp(x - max)) per row. The exponentials are
+// computed once, into float32 (y itself when it is float32), then scaled.
 func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 	var c core.Call
 	xv := c.In("x", x)
@@ -27,26 +25,12 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
-			m, sum := float32(0), float32(0)
-			for off := 0; off < cols; off += cpu.Chunk {
-				xs := x.Load(off, min(cpu.Chunk, cols-off), &s.B[0])
-				cm := k.Max(xs)
-				if off == 0 || cm > m {
-					if off > 0 {
-						sum *= simd.Exp32(m - cm)
-					}
-					m = cm
-				}
-				sum += k.ExpSum(xs, m)
-			}
-			inv := 1 / sum
-			for off := 0; off < cols; off += cpu.Chunk {
-				n := min(cpu.Chunk, cols-off)
-				out := y.Out(off, n, &s.B[1])
-				k.ExpScale(out, x.Load(off, n, &s.B[0]), m, inv)
-				y.Store(off, out)
-			}
+			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(0, cols))
+			y := cpu.RowSpan(yv, r)
+			e := y.Out(0, s.Buf(1, cols))
+			sum := k.ExpSum(e, xs, k.Max(xs))
+			k.Normalize(e, e, nil, nil, 0, 1/sum)
+			y.Store(0, e)
 		}
 	})
 	return nil
@@ -68,18 +52,12 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 	cpu.Parallel(yv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			dy, y, dx := cpu.RowSpan(dyv, r), cpu.RowSpan(yv, r), cpu.RowSpan(dxv, r)
-			var d float32
-			for off := 0; off < cols; off += cpu.Chunk {
-				n := min(cpu.Chunk, cols-off)
-				d += k.Dot(dy.Load(off, n, &s.B[0]), y.Load(off, n, &s.B[1]))
-			}
-			for off := 0; off < cols; off += cpu.Chunk {
-				n := min(cpu.Chunk, cols-off)
-				out := dx.Out(off, n, &s.B[2])
-				k.SoftmaxGrad(out, y.Load(off, n, &s.B[1]), dy.Load(off, n, &s.B[0]), d)
-				dx.Store(off, out)
-			}
+			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(0, cols))
+			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(1, cols))
+			dx := cpu.RowSpan(dxv, r)
+			out := dx.Out(0, s.Buf(2, cols))
+			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
+			dx.Store(0, out)
 		}
 	})
 	return nil

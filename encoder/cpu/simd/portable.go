@@ -6,7 +6,7 @@ import "math"
 // the tail loop of the vector ones.
 var Portable = Table{
 	Name:  "portable",
-	Sum:   func(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) },
+	Sum:   sum,
 	SumSq: func(x []float32) float32 { return reduce(x, x, func(a, b float32) float32 { return a * b }) },
 	Dot:   func(a, b []float32) float32 { return reduce(a, b, func(a, b float32) float32 { return a * b }) },
 	Max: func(x []float32) float32 {
@@ -18,17 +18,11 @@ var Portable = Table{
 		}
 		return m
 	},
-	ExpSum: func(x []float32, m float32) float32 {
-		var s float32
-		for _, v := range x {
-			s += Exp32(v - m)
-		}
-		return s
-	},
-	ExpScale: func(dst, x []float32, m, s float32) {
+	ExpSum: func(dst, x []float32, m float32) float32 {
 		for i, v := range x {
-			dst[i] = Exp32(v-m) * s
+			dst[i] = Exp32(v - m)
 		}
+		return sum(dst)
 	},
 	Add: func(dst, a, b []float32) {
 		for i := range dst {
@@ -69,6 +63,8 @@ var Portable = Table{
 }
 
 var negInf = float32(math.Inf(-1))
+
+func sum(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) }
 
 // reduce sums f(a[i], b[i]) with four accumulators (the vector kernels'
 // summation order is not reproduced; both are fp32).

@@ -15,10 +15,8 @@ type Table struct {
 	SumSq func(x []float32) float32
 	Max   func(x []float32) float32
 	Dot   func(a, b []float32) float32
-	// ExpSum is sum(exp(x - m)).
-	ExpSum func(x []float32, m float32) float32
-	// ExpScale is dst = exp(x - m) * s.
-	ExpScale func(dst, x []float32, m, s float32)
+	// ExpSum stores dst = exp(x - m) and returns its sum.
+	ExpSum func(dst, x []float32, m float32) float32
 
 	Add func(dst, a, b []float32) // dst = a + b
 	Mul func(dst, a, b []float32) // dst = a * b

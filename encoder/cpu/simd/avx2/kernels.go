@@ -24,7 +24,6 @@ var Table = simd.Table{
 	Max:          maxOf,
 	Dot:          dot,
 	ExpSum:       expSum,
-	ExpScale:     expScale,
 	Add:          add,
 	Mul:          mul,
 	Normalize:    normalize,
@@ -46,8 +45,8 @@ var Table = simd.Table{
 // The loops are pure vector code and every primitive ends with
 // ClearAVXUpperBits before any scalar float code runs: a legacy-SSE
 // instruction (Go's scalar float code) executed while the upper vector
-// halves are dirty costs hundreds of cycles. Tails use partial loads and
-// stores instead of scalar loops for the same reason.
+// halves are dirty costs hundreds of cycles. Tails use one partial load and
+// store instead of a scalar loop for the same reason.
 
 // laneTable backs lanes(n): W all-ones lanes, then W zero lanes.
 var laneTable = func() (t [2 * W]int32) {
@@ -73,44 +72,57 @@ func hsum(v vf) float32 {
 	return s
 }
 
+// full is len(x) rounded down to whole vectors.
+func full(n int) int { return n &^ (W - 1) }
+
 func sum(x []float32) float32 {
 	var a0, a1 vf
-	i := 0
-	for ; i+2*W <= len(x); i += 2 * W {
-		a0 = a0.Add(loadF(x[i:]))
-		a1 = a1.Add(loadF(x[i+W:]))
+	i, n := 0, full(len(x))
+	for ; i+2*W <= n; i += 2 * W {
+		a0 = a0.Add(load(x[i:]))
+		a1 = a1.Add(load(x[i+W:]))
 	}
-	for ; i < len(x); i += W {
-		a0 = a0.Add(loadF(x[i:]))
+	for ; i < n; i += W {
+		a0 = a0.Add(load(x[i:]))
+	}
+	if n < len(x) {
+		a1 = a1.Add(loadPart(x[n:]))
 	}
 	return hsum(a0.Add(a1))
 }
 
 func sumSq(x []float32) float32 {
 	var a0, a1 vf
-	i := 0
-	for ; i+2*W <= len(x); i += 2 * W {
-		v0, v1 := loadF(x[i:]), loadF(x[i+W:])
+	i, n := 0, full(len(x))
+	for ; i+2*W <= n; i += 2 * W {
+		v0, v1 := load(x[i:]), load(x[i+W:])
 		a0 = v0.MulAdd(v0, a0)
 		a1 = v1.MulAdd(v1, a1)
 	}
-	for ; i < len(x); i += W {
-		v := loadF(x[i:])
+	for ; i < n; i += W {
+		v := load(x[i:])
 		a0 = v.MulAdd(v, a0)
+	}
+	if n < len(x) {
+		v := loadPart(x[n:])
+		a1 = v.MulAdd(v, a1)
 	}
 	return hsum(a0.Add(a1))
 }
 
 func dot(a, b []float32) float32 {
 	var a0, a1 vf
-	i := 0
 	b = b[:len(a)]
-	for ; i+2*W <= len(a); i += 2 * W {
-		a0 = loadF(a[i:]).MulAdd(loadF(b[i:]), a0)
-		a1 = loadF(a[i+W:]).MulAdd(loadF(b[i+W:]), a1)
+	i, n := 0, full(len(a))
+	for ; i+2*W <= n; i += 2 * W {
+		a0 = load(a[i:]).MulAdd(load(b[i:]), a0)
+		a1 = load(a[i+W:]).MulAdd(load(b[i+W:]), a1)
 	}
-	for ; i < len(a); i += W {
-		a0 = loadF(a[i:]).MulAdd(loadF(b[i:]), a0)
+	for ; i < n; i += W {
+		a0 = load(a[i:]).MulAdd(load(b[i:]), a0)
+	}
+	if n < len(a) {
+		a1 = loadPart(a[n:]).MulAdd(loadPart(b[n:]), a1)
 	}
 	return hsum(a0.Add(a1))
 }
@@ -118,15 +130,20 @@ func dot(a, b []float32) float32 {
 // maxOf propagates NaN like the portable Max: a lane that saw NaN stays NaN.
 func maxOf(x []float32) float32 {
 	m, nan := splat(float32(math.Inf(-1))), zero()
-	for i := 0; i < len(x); i += W {
-		v := loadF(x[i:]).Merge(splat(float32(math.Inf(-1))), lanes(len(x)-i))
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		v := load(x[i:])
+		m = m.Max(v)
+		nan = v.Merge(nan, v.IsNaN())
+	}
+	if n < len(x) {
+		v := loadPart(x[n:]).Merge(splat(float32(math.Inf(-1))), lanes(len(x)-n))
 		m = m.Max(v)
 		nan = v.Merge(nan, v.IsNaN())
 	}
 	var b [W]float32
 	m.Store(&b)
-	s := hsum(nan)
-	if s != s {
+	if s := hsum(nan); s != s {
 		return s
 	}
 	return simd.Portable.Max(b[:])
@@ -216,8 +233,12 @@ func siluGradV(dy, x vf) vf {
 func unary(f func(vf) vf) func(dst, x []float32) {
 	return func(dst, x []float32) {
 		dst = dst[:len(x)]
-		for i := 0; i < len(x); i += W {
-			storeF(f(loadF(x[i:])), dst[i:])
+		n := full(len(x))
+		for i := 0; i < n; i += W {
+			store(f(load(x[i:])), dst[i:])
+		}
+		if n < len(x) {
+			storePart(f(loadPart(x[n:])), dst[n:])
 		}
 		archsimd.ClearAVXUpperBits()
 	}
@@ -226,73 +247,97 @@ func unary(f func(vf) vf) func(dst, x []float32) {
 func binary(f func(dy, x vf) vf) func(dst, dy, x []float32) {
 	return func(dst, dy, x []float32) {
 		dst, dy = dst[:len(x)], dy[:len(x)]
-		for i := 0; i < len(x); i += W {
-			storeF(f(loadF(dy[i:]), loadF(x[i:])), dst[i:])
+		n := full(len(x))
+		for i := 0; i < n; i += W {
+			store(f(load(dy[i:]), load(x[i:])), dst[i:])
+		}
+		if n < len(x) {
+			storePart(f(loadPart(dy[n:]), loadPart(x[n:])), dst[n:])
 		}
 		archsimd.ClearAVXUpperBits()
 	}
 }
 
-func expSum(x []float32, m float32) float32 {
+func expSum(dst, x []float32, m float32) float32 {
 	var acc vf
 	mv := splat(m)
-	for i := 0; i < len(x); i += W {
-		v := loadF(x[i:])
-		e := withNaN(expV(v.Sub(mv)), v)
-		acc = acc.Add(e.Merge(zero(), lanes(len(x)-i)))
+	dst = dst[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		d := load(x[i:]).Sub(mv)
+		e := withNaN(expV(d), d)
+		store(e, dst[i:])
+		acc = acc.Add(e)
+	}
+	if n < len(x) {
+		d := loadPart(x[n:]).Sub(mv)
+		e := withNaN(expV(d), d)
+		storePart(e, dst[n:])
+		acc = acc.Add(e.Merge(zero(), lanes(len(x)-n)))
 	}
 	return hsum(acc)
 }
 
-func expScale(dst, x []float32, m, s float32) {
-	mv, sv := splat(m), splat(s)
-	dst = dst[:len(x)]
-	for i := 0; i < len(x); i += W {
-		d := loadF(x[i:]).Sub(mv)
-		storeF(withNaN(expV(d), d).Mul(sv), dst[i:])
-	}
-	archsimd.ClearAVXUpperBits()
-}
-
 func add(dst, a, b []float32) {
 	a, b = a[:len(dst)], b[:len(dst)]
-	for i := 0; i < len(dst); i += W {
-		storeF(loadF(a[i:]).Add(loadF(b[i:])), dst[i:])
+	n := full(len(dst))
+	for i := 0; i < n; i += W {
+		store(load(a[i:]).Add(load(b[i:])), dst[i:])
+	}
+	if n < len(dst) {
+		storePart(loadPart(a[n:]).Add(loadPart(b[n:])), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
 func mul(dst, a, b []float32) {
 	a, b = a[:len(dst)], b[:len(dst)]
-	for i := 0; i < len(dst); i += W {
-		storeF(loadF(a[i:]).Mul(loadF(b[i:])), dst[i:])
+	n := full(len(dst))
+	for i := 0; i < n; i += W {
+		store(load(a[i:]).Mul(load(b[i:])), dst[i:])
+	}
+	if n < len(dst) {
+		storePart(loadPart(a[n:]).Mul(loadPart(b[n:])), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
+// normalize handles its optional w and b by loading ones and zeros from a
+// vector-sized array for the missing one, so one loop serves all four cases.
 func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	mv, rv := splat(mean), splat(rstd)
 	x = x[:len(dst)]
+	n := full(len(dst))
 	switch {
 	case w != nil && b != nil:
 		w, b = w[:len(dst)], b[:len(dst)]
-		for i := 0; i < len(dst); i += W {
-			v := loadF(x[i:]).Sub(mv).Mul(rv)
-			storeF(v.MulAdd(loadF(w[i:]), loadF(b[i:])), dst[i:])
+		for i := 0; i < n; i += W {
+			store(load(x[i:]).Sub(mv).Mul(rv).MulAdd(load(w[i:]), load(b[i:])), dst[i:])
+		}
+		if n < len(dst) {
+			storePart(loadPart(x[n:]).Sub(mv).Mul(rv).MulAdd(loadPart(w[n:]), loadPart(b[n:])), dst[n:])
 		}
 	case w != nil:
 		w = w[:len(dst)]
-		for i := 0; i < len(dst); i += W {
-			storeF(loadF(x[i:]).Sub(mv).Mul(rv).Mul(loadF(w[i:])), dst[i:])
+		for i := 0; i < n; i += W {
+			store(load(x[i:]).Sub(mv).Mul(rv).Mul(load(w[i:])), dst[i:])
 		}
-	case b != nil:
-		b = b[:len(dst)]
-		for i := 0; i < len(dst); i += W {
-			storeF(loadF(x[i:]).Sub(mv).MulAdd(rv, loadF(b[i:])), dst[i:])
+		if n < len(dst) {
+			storePart(loadPart(x[n:]).Sub(mv).Mul(rv).Mul(loadPart(w[n:])), dst[n:])
 		}
 	default:
-		for i := 0; i < len(dst); i += W {
-			storeF(loadF(x[i:]).Sub(mv).Mul(rv), dst[i:])
+		bv := zero()
+		for i := 0; i < n; i += W {
+			if b != nil {
+				bv = load(b[i:])
+			}
+			store(load(x[i:]).Sub(mv).MulAdd(rv, bv), dst[i:])
+		}
+		if n < len(dst) {
+			if b != nil {
+				bv = loadPart(b[n:])
+			}
+			storePart(loadPart(x[n:]).Sub(mv).MulAdd(rv, bv), dst[n:])
 		}
 	}
 	archsimd.ClearAVXUpperBits()
@@ -301,8 +346,12 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 func normGrad(dst, g, x []float32, c, d, s float32) {
 	cv, dv, sv := splat(-c), splat(d), splat(s)
 	g, x = g[:len(dst)], x[:len(dst)]
-	for i := 0; i < len(dst); i += W {
-		storeF(loadF(x[i:]).MulAdd(cv, loadF(g[i:])).Sub(dv).Mul(sv), dst[i:])
+	n := full(len(dst))
+	for i := 0; i < n; i += W {
+		store(load(x[i:]).MulAdd(cv, load(g[i:])).Sub(dv).Mul(sv), dst[i:])
+	}
+	if n < len(dst) {
+		storePart(loadPart(x[n:]).MulAdd(cv, loadPart(g[n:])).Sub(dv).Mul(sv), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
@@ -310,8 +359,12 @@ func normGrad(dst, g, x []float32, c, d, s float32) {
 func softmaxGrad(dst, y, dy []float32, d float32) {
 	dv := splat(d)
 	y, dy = y[:len(dst)], dy[:len(dst)]
-	for i := 0; i < len(dst); i += W {
-		storeF(loadF(dy[i:]).Sub(dv).Mul(loadF(y[i:])), dst[i:])
+	n := full(len(dst))
+	for i := 0; i < n; i += W {
+		store(load(dy[i:]).Sub(dv).Mul(load(y[i:])), dst[i:])
+	}
+	if n < len(dst) {
+		storePart(loadPart(dy[n:]).Sub(dv).Mul(loadPart(y[n:])), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
@@ -319,59 +372,85 @@ func softmaxGrad(dst, y, dy []float32, d float32) {
 func fmAcc(acc, a, b []float32, s float32) {
 	sv := splat(s)
 	a, b = a[:len(acc)], b[:len(acc)]
-	for i := 0; i < len(acc); i += W {
-		storeF(loadF(a[i:]).Mul(loadF(b[i:])).MulAdd(sv, loadF(acc[i:])), acc[i:])
+	n := full(len(acc))
+	for i := 0; i < n; i += W {
+		store(load(a[i:]).Mul(load(b[i:])).MulAdd(sv, load(acc[i:])), acc[i:])
+	}
+	if n < len(acc) {
+		storePart(loadPart(a[n:]).Mul(loadPart(b[n:])).MulAdd(sv, loadPart(acc[n:])), acc[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
 func bf16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
-	for i := 0; i < len(src); i += W {
-		storeF(asF(loadU16(src[i:]).ShiftAllLeft(16)), dst[i:])
+	n := full(len(src))
+	for i := 0; i < n; i += W {
+		store(asF(loadU16(src[i:]).ShiftAllLeft(16)), dst[i:])
+	}
+	if n < len(src) {
+		storePart(asF(loadU16Part(src[n:]).ShiftAllLeft(16)), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+func roundBF16(u vi) vi {
+	odd := u.ShiftAllRight(16).And(splatI(1))
+	r := u.Add(splatI(0x7fff)).Add(odd).ShiftAllRight(16)
+	quiet := u.ShiftAllRight(16).Or(splatI(0x40))
+	return quiet.Merge(r, u.And(splatI(0x7fffffff)).Greater(splatI(0x7f800000)))
 }
 
 func f32ToBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
-	for i := 0; i < len(src); i += W {
-		u := asI(loadF(src[i:]))
-		odd := u.ShiftAllRight(16).And(splatI(1))
-		r := u.Add(splatI(0x7fff)).Add(odd).ShiftAllRight(16)
-		quiet := u.ShiftAllRight(16).Or(splatI(0x40))
-		nan := u.And(splatI(0x7fffffff)).Greater(splatI(0x7f800000))
-		storeU16(quiet.Merge(r, nan), dst[i:])
+	n := full(len(src))
+	for i := 0; i < n; i += W {
+		storeU16(roundBF16(asI(load(src[i:]))), dst[i:])
+	}
+	if n < len(src) {
+		storeU16Part(roundBF16(asI(loadPart(src[n:]))), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+func widenF16(h vi) vf {
+	em := h.And(splatI(0x7fff)).ShiftAllLeft(13)
+	f := asF(em).Mul(splat(0x1p112))
+	f = asF(em.Or(splatI(0x7f800000))).Merge(f, em.Greater(splatI(0x7c00<<13-1)))
+	return asF(asI(f).Or(h.And(splatI(0x8000)).ShiftAllLeft(16)))
 }
 
 func f16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
-	for i := 0; i < len(src); i += W {
-		h := loadU16(src[i:])
-		em := h.And(splatI(0x7fff)).ShiftAllLeft(13)
-		f := asF(em).Mul(splat(0x1p112))
-		special := asF(em.Or(splatI(0x7f800000)))
-		f = special.Merge(f, em.Greater(splatI(0x7c00<<13-1)))
-		sign := h.And(splatI(0x8000)).ShiftAllLeft(16)
-		storeF(asF(asI(f).Or(sign)), dst[i:])
+	n := full(len(src))
+	for i := 0; i < n; i += W {
+		store(widenF16(loadU16(src[i:])), dst[i:])
+	}
+	if n < len(src) {
+		storePart(widenF16(loadU16Part(src[n:])), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
+func roundF16(u vi) vi {
+	a := u.And(splatI(0x7fffffff))
+	sign := u.ShiftAllRight(16).And(splatI(0x8000))
+	normal := a.Add(splatI(0xfff - 0x38000000)).Add(a.ShiftAllRight(13).And(splatI(1))).ShiftAllRight(13)
+	sub := asI(asF(a).Add(splat(0.5))).Sub(splatI(0x3f000000))
+	o := sub.Merge(normal, a.Less(splatI(0x38800000)))
+	o = splatI(0x7c00).Merge(o, a.Greater(splatI(0x47800000-1)))
+	o = splatI(0x7e00).Merge(o, a.Greater(splatI(0x7f800000)))
+	return o.Or(sign)
+}
+
 func f32ToF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
-	for i := 0; i < len(src); i += W {
-		u := asI(loadF(src[i:]))
-		a := u.And(splatI(0x7fffffff))
-		sign := u.ShiftAllRight(16).And(splatI(0x8000))
-		normal := a.Add(splatI(0xfff - 0x38000000)).Add(a.ShiftAllRight(13).And(splatI(1))).ShiftAllRight(13)
-		sub := asI(asF(a).Add(splat(0.5))).Sub(splatI(0x3f000000))
-		o := sub.Merge(normal, a.Less(splatI(0x38800000)))
-		o = splatI(0x7c00).Merge(o, a.Greater(splatI(0x47800000-1)))
-		o = splatI(0x7e00).Merge(o, a.Greater(splatI(0x7f800000)))
-		storeU16(o.Or(sign), dst[i:])
+	n := full(len(src))
+	for i := 0; i < n; i += W {
+		storeU16(roundF16(asI(load(src[i:]))), dst[i:])
+	}
+	if n < len(src) {
+		storeU16Part(roundF16(asI(loadPart(src[n:]))), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }

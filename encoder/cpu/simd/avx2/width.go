@@ -16,21 +16,33 @@ type (
 
 const isaName = "avx2"
 
-// loadF and the other loads and stores take partial vectors at the end of a
-// slice: missing lanes read as zero and are not written.
-func loadF(s []float32) vf     { return archsimd.LoadFloat32x8SlicePart(s) }
-func storeF(v vf, s []float32) { v.StoreSlicePart(s) }
-func splat(f float32) vf       { return archsimd.BroadcastFloat32x8(f) }
-func splatI(i int32) vi        { return archsimd.BroadcastInt32x8(i) }
-func asI(v vf) vi              { return v.AsInt32x8() }
-func asF(v vi) vf              { return v.AsFloat32x8() }
-func loadU16(s []uint16) vi    { return archsimd.LoadUint16x8SlicePart(s).ExtendToUint32().AsInt32x8() }
+func splat(f float32) vf { return archsimd.BroadcastFloat32x8(f) }
+func splatI(i int32) vi  { return archsimd.BroadcastInt32x8(i) }
+func asI(v vf) vi        { return v.AsInt32x8() }
+func asF(v vi) vf        { return v.AsFloat32x8() }
 
-// storeU16 narrows with VPACKUSDW (AVX2 has no truncating narrow): mask to
-// 16 bits first so the signed saturation cannot clamp.
+// Full-vector loads and stores (s holds at least W elements).
+func load(s []float32) vf     { return archsimd.LoadFloat32x8Slice(s) }
+func store(v vf, s []float32) { v.StoreSlice(s) }
+func loadU16(s []uint16) vi   { return archsimd.LoadUint16x8Slice(s).ExtendToUint32().AsInt32x8() }
 func storeU16(v vi, s []uint16) {
+	narrow(v).StoreSlice(s)
+}
+
+// Partial ones for the last elements of a slice: missing lanes read as zero
+// and are not written. They are calls, not intrinsics: tails only.
+func loadPart(s []float32) vf     { return archsimd.LoadFloat32x8SlicePart(s) }
+func storePart(v vf, s []float32) { v.StoreSlicePart(s) }
+func loadU16Part(s []uint16) vi {
+	return archsimd.LoadUint16x8SlicePart(s).ExtendToUint32().AsInt32x8()
+}
+func storeU16Part(v vi, s []uint16) { narrow(v).StoreSlicePart(s) }
+
+// narrow packs with VPACKUSDW (AVX2 has no truncating narrow): masked to 16
+// bits first so the signed saturation cannot clamp.
+func narrow(v vi) archsimd.Uint16x8 {
 	v = v.And(splatI(0xffff))
-	v.GetLo().SaturateToUint16Concat(v.GetHi()).StoreSlicePart(s)
+	return v.GetLo().SaturateToUint16Concat(v.GetHi())
 }
 
 // lanes is true in the first n lanes (all of them for n >= W).

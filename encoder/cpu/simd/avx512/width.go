@@ -16,16 +16,27 @@ type (
 
 const isaName = "avx512"
 
-// loadF and the other loads and stores take partial vectors at the end of a
-// slice: missing lanes read as zero and are not written.
-func loadF(s []float32) vf      { return archsimd.LoadFloat32x16SlicePart(s) }
-func storeF(v vf, s []float32)  { v.StoreSlicePart(s) }
-func splat(f float32) vf        { return archsimd.BroadcastFloat32x16(f) }
-func splatI(i int32) vi         { return archsimd.BroadcastInt32x16(i) }
-func asI(v vf) vi               { return v.AsInt32x16() }
-func asF(v vi) vf               { return v.AsFloat32x16() }
-func loadU16(s []uint16) vi     { return archsimd.LoadUint16x16SlicePart(s).ExtendToUint32().AsInt32x16() }
-func storeU16(v vi, s []uint16) { v.AsUint32x16().TruncateToUint16().StoreSlicePart(s) }
+func splat(f float32) vf { return archsimd.BroadcastFloat32x16(f) }
+func splatI(i int32) vi  { return archsimd.BroadcastInt32x16(i) }
+func asI(v vf) vi        { return v.AsInt32x16() }
+func asF(v vi) vf        { return v.AsFloat32x16() }
+
+// Full-vector loads and stores (s holds at least W elements).
+func load(s []float32) vf     { return archsimd.LoadFloat32x16Slice(s) }
+func store(v vf, s []float32) { v.StoreSlice(s) }
+func loadU16(s []uint16) vi   { return archsimd.LoadUint16x16Slice(s).ExtendToUint32().AsInt32x16() }
+func storeU16(v vi, s []uint16) {
+	v.AsUint32x16().TruncateToUint16().StoreSlice(s)
+}
+
+// Partial ones for the last elements of a slice: missing lanes read as zero
+// and are not written. They are calls, not intrinsics: tails only.
+func loadPart(s []float32) vf     { return archsimd.LoadFloat32x16SlicePart(s) }
+func storePart(v vf, s []float32) { v.StoreSlicePart(s) }
+func loadU16Part(s []uint16) vi {
+	return archsimd.LoadUint16x16SlicePart(s).ExtendToUint32().AsInt32x16()
+}
+func storeU16Part(v vi, s []uint16) { v.AsUint32x16().TruncateToUint16().StoreSlicePart(s) }
 
 // lanes is true in the first n lanes (all of them for n >= W).
 func lanes(n int) archsimd.Mask32x16 {

@@ -1,0 +1,184 @@
+// Command cpu measures the CPU backend: every op on large tensors, GB/s of
+// bytes read and written, against a multi-threaded copy of the same bytes
+// timed in the same run. It prints a markdown table and writes it to -out.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+	"metalcore/ops/activation"
+	"metalcore/ops/norm"
+	"metalcore/ops/softmax"
+)
+
+var (
+	out  = flag.String("out", "", "write the markdown table here too")
+	reps = flag.Int("reps", 15, "timed repetitions per measurement (the median is reported)")
+)
+
+var shapes = [][2]int64{{4096, 4096}, {16384, 1024}, {256, 65536}}
+
+// op is one benchmark: how many tensor-sized reads+writes it makes and how
+// to run it on fresh tensors.
+type op struct {
+	name    string
+	tensors int
+	setup   func(dt core.DType, shape []int64) func() error
+}
+
+func main() {
+	flag.Parse()
+	var lines []string
+	emit := func(s string) {
+		fmt.Println(s)
+		lines = append(lines, s)
+	}
+	emit("# CPU backend benchmark")
+	emit("")
+	emit(fmt.Sprintf("`make bench` on %s, %d threads, kernels: %s, %s. GB/s counts bytes read plus bytes written; "+
+		"`copy` is a multi-threaded copy of a buffer of the same size in the same run (read + write); ratio = op / copy. "+
+		"Median of %d runs.", cpuModel(), cpu.Threads(), cpu.K().Name, runtime.Version(), *reps))
+	emit("")
+	emit("| op | dtype | shape | time ms | GB/s | copy GB/s | ratio |")
+	emit("|---|---|---|---:|---:|---:|---:|")
+	for _, o := range ops() {
+		for _, dt := range tu.DTypes {
+			for _, sh := range shapes {
+				shape := []int64{sh[0], sh[1]}
+				bytes := int64(o.tensors) * sh[0] * sh[1] * int64(dt.Size())
+				run := o.setup(dt, shape)
+				if err := run(); err != nil {
+					fmt.Fprintln(os.Stderr, o.name, err)
+					os.Exit(1)
+				}
+				t := median(run)
+				c := copyTime(bytes / 2)
+				gbs, cgbs := float64(bytes)/t/1e9, float64(bytes)/c/1e9
+				emit(fmt.Sprintf("| %s | %s | %d×%d | %.2f | %.1f | %.1f | %.2f |", o.name, dt, sh[0], sh[1], t*1e3, gbs, cgbs, gbs/cgbs))
+			}
+		}
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			return strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+		}
+	}
+	return runtime.GOARCH
+}
+
+func median(run func() error) float64 {
+	ts := make([]float64, *reps)
+	for i := range ts {
+		t0 := time.Now()
+		_ = run()
+		ts[i] = time.Since(t0).Seconds()
+	}
+	sort.Float64s(ts)
+	return ts[len(ts)/2]
+}
+
+// copyTime is the median time of a multi-threaded copy of n bytes.
+func copyTime(n int64) float64 {
+	src, dst := make([]float32, n/4), make([]float32, n/4)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	return median(func() error {
+		cpu.Parallel(len(src), 1<<16, func(lo, hi int, _ *cpu.Scratch) { copy(dst[lo:hi], src[lo:hi]) })
+		return nil
+	})
+}
+
+func filled(dt core.DType, shape []int64) *core.Tensor {
+	t := tu.New(dt, shape)
+	n := 1
+	for _, s := range shape {
+		n *= int(s)
+	}
+	p := unsafe.Slice((*byte)(t.T.Data), n*dt.Size())
+	for i := range p { // small finite values in every dtype
+		p[i] = byte(0x3c + i%3)
+	}
+	return t.Ptr()
+}
+
+func rowStat(shape []int64) *core.Tensor { return tu.New(core.F32, shape[:1]).Ptr() }
+
+func ops() []op {
+	col := func(shape []int64) []int64 { return shape[1:] }
+	return []op{
+		{"rmsnorm fwd", 2, func(dt core.DType, s []int64) func() error {
+			x, w, y, r := filled(dt, s), filled(dt, col(s)), filled(dt, s), rowStat(s)
+			return func() error { return norm.RMSNormFwd(x, w, 1e-5, y, r, nil) }
+		}},
+		{"fused add+rmsnorm fwd", 4, func(dt core.DType, s []int64) func() error {
+			x, res, w, y, r := filled(dt, s), filled(dt, s), filled(dt, col(s)), filled(dt, s), rowStat(s)
+			return func() error { return norm.FusedAddRMSNormFwd(x, res, w, 1e-5, y, res, r, nil) }
+		}},
+		{"layernorm fwd", 2, func(dt core.DType, s []int64) func() error {
+			x, w, b, y, m, r := filled(dt, s), filled(dt, col(s)), filled(dt, col(s)), filled(dt, s), rowStat(s), rowStat(s)
+			return func() error { return norm.LayerNormFwd(x, w, b, 1e-5, y, m, r, nil) }
+		}},
+		{"softmax fwd", 2, func(dt core.DType, s []int64) func() error {
+			x, y := filled(dt, s), filled(dt, s)
+			return func() error { return softmax.Fwd(x, y, nil) }
+		}},
+		{"gelu fwd (erf)", 2, func(dt core.DType, s []int64) func() error {
+			x, y := filled(dt, s), filled(dt, s)
+			return func() error { return activation.GeluFwd(x, 0, y, nil) }
+		}},
+		{"gelu fwd (tanh)", 2, func(dt core.DType, s []int64) func() error {
+			x, y := filled(dt, s), filled(dt, s)
+			return func() error { return activation.GeluFwd(x, 1, y, nil) }
+		}},
+		{"silu fwd", 2, func(dt core.DType, s []int64) func() error {
+			x, y := filled(dt, s), filled(dt, s)
+			return func() error { return activation.SiluFwd(x, y, nil) }
+		}},
+		{"rmsnorm bwd (+dweight)", 3, func(dt core.DType, s []int64) func() error {
+			dy, x, w, r, dx, dw := filled(dt, s), filled(dt, s), filled(dt, col(s)), rowStat(s), filled(dt, s), filled(dt, col(s))
+			n, _ := norm.RMSNormBwdWorkspace(x)
+			ws := tu.New(core.F32, []int64{n / 4}).Ptr()
+			return func() error { return norm.RMSNormBwd(dy, x, w, r, dx, dw, ws, nil) }
+		}},
+		{"layernorm bwd (+dweight, dbias)", 3, func(dt core.DType, s []int64) func() error {
+			dy, x, w, m, r, dx := filled(dt, s), filled(dt, s), filled(dt, col(s)), rowStat(s), rowStat(s), filled(dt, s)
+			dw, db := filled(dt, col(s)), filled(dt, col(s))
+			n, _ := norm.LayerNormBwdWorkspace(x)
+			ws := tu.New(core.F32, []int64{n / 4}).Ptr()
+			return func() error { return norm.LayerNormBwd(dy, x, w, m, r, dx, dw, db, ws, nil) }
+		}},
+		{"softmax bwd", 3, func(dt core.DType, s []int64) func() error {
+			dy, y, dx := filled(dt, s), filled(dt, s), filled(dt, s)
+			return func() error { return softmax.Bwd(dy, y, dx, nil) }
+		}},
+		{"gelu bwd (erf)", 3, func(dt core.DType, s []int64) func() error {
+			dy, x, dx := filled(dt, s), filled(dt, s), filled(dt, s)
+			return func() error { return activation.GeluBwd(dy, x, 0, dx, nil) }
+		}},
+		{"silu bwd", 3, func(dt core.DType, s []int64) func() error {
+			dy, x, dx := filled(dt, s), filled(dt, s), filled(dt, s)
+			return func() error { return activation.SiluBwd(dy, x, dx, nil) }
+		}},
+	}
+}
