@@ -36,8 +36,11 @@ test-go:
 test-portable:
 	GOEXPERIMENT= $(GO) test -count=1 ./encoder/... ./ops/...
 
+# checkptr (on with -race) rejects archsimd's own masked tail loads, which
+# convert a short slice to a vector-sized array pointer; the hardware mask
+# keeps them in bounds, so only that instrumentation is turned off.
 test-race:
-	$(GO) test -count=1 -race -run 'Concurrent|BadInputs|Fuzz' ./ops/
+	$(GO) test -count=1 -race -gcflags=all=-d=checkptr=0 -run 'Concurrent|BadInputs|Fuzz|Forward' ./ops/...
 
 test-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c include/metalcore.h

@@ -8,16 +8,26 @@ import (
 	"metalcore/encoder/cpu/simd"
 	"metalcore/encoder/cpu/simd/avx2"
 	"metalcore/encoder/cpu/simd/avx512"
+	"metalcore/encoder/cpu/simd/f16c"
 )
 
 func isaTables() []*simd.Table {
 	var ts []*simd.Table
 	x := cpu.X86
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL && x.HasAVX512CD {
-		ts = append(ts, &avx512.Table)
+		ts = append(ts, withF16C(avx512.Table))
 	}
 	if x.HasAVX2 && x.HasFMA {
-		ts = append(ts, &avx2.Table)
+		ts = append(ts, withF16C(avx2.Table))
 	}
 	return ts
+}
+
+// withF16C swaps in the hardware float16 conversions, which beat the
+// integer emulation of the template several times over.
+func withF16C(t simd.Table) *simd.Table {
+	if cpu.X86.HasF16C {
+		t.F16ToF32, t.F32ToF16 = f16c.F16ToF32, f16c.F32ToF16
+	}
+	return &t
 }

@@ -18,13 +18,21 @@ const (
 	ExpP4    = 1.6666665459e-1
 	ExpP5    = 5.0000001201e-1
 
-	// Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), as PyTorch's vectorized erf.
-	ErfP  = 0.3275911
-	ErfA1 = 0.254829592
-	ErfA2 = -0.284496736
-	ErfA3 = 1.421413741
-	ErfA4 = -1.453152027
-	ErfA5 = 1.061405429
+	// erf on [-4, 4] as x*P(x^2)/Q(x^2) (Eigen's generic_fast_erf_float;
+	// |error| < 7e-8 in exact arithmetic); outside it erf is +-1 in float32.
+	ErfClamp = 4.0
+	ErfP13   = -2.72614225801306e-10
+	ErfP11   = 2.77068142495902e-08
+	ErfP9    = -2.10102402082508e-06
+	ErfP7    = -5.69250639462346e-05
+	ErfP5    = -7.34990630326855e-04
+	ErfP3    = -2.95459980854025e-03
+	ErfP1    = -1.60960333262415e-02
+	ErfQ8    = -1.45660718464996e-05
+	ErfQ6    = -2.13374055278905e-04
+	ErfQ4    = -1.68282697438203e-03
+	ErfQ2    = -7.37332916720468e-03
+	ErfQ0    = -1.42647390514189e-02
 
 	Sqrt1_2    = 0.70710678118654752
 	InvSqrt2Pi = 0.39894228040143268 // 1/sqrt(2*pi)
@@ -54,21 +62,41 @@ func Exp32(x float32) float32 {
 	return p * e
 }
 
-// Erf32 is erf with the A&S 7.1.26 approximation.
+// Erf32 is erf as the rational approximation of the vector kernels.
 func Erf32(x float32) float32 {
-	ax := float32(math.Abs(float64(x)))
-	t := 1 / (1 + ErfP*ax)
-	p := float32(ErfA5)
-	p = p*t + ErfA4
-	p = p*t + ErfA3
-	p = p*t + ErfA2
-	p = p*t + ErfA1
-	y := 1 - p*t*Exp32(-ax*ax)
-	return float32(math.Copysign(float64(y), float64(x)))
+	if x != x {
+		return x
+	}
+	x = min(max(x, -ErfClamp), ErfClamp)
+	x2 := x * x
+	p := float32(ErfP13)
+	p = p*x2 + ErfP11
+	p = p*x2 + ErfP9
+	p = p*x2 + ErfP7
+	p = p*x2 + ErfP5
+	p = p*x2 + ErfP3
+	p = p*x2 + ErfP1
+	q := float32(ErfQ8)
+	q = q*x2 + ErfQ6
+	q = q*x2 + ErfQ4
+	q = q*x2 + ErfQ2
+	q = q*x2 + ErfQ0
+	return x * p / q
 }
 
 // Sigmoid32 is 1 / (1 + exp(-x)).
 func Sigmoid32(x float32) float32 { return 1 / (1 + Exp32(-x)) }
+
+// sigmoidPair is sigmoid(x) and 1 - sigmoid(x), the latter as e/(1+e) for
+// x >= 0, where 1 - s would cancel (the gradients multiply it by large x).
+func sigmoidPair(x float32) (s, c float32) {
+	e := Exp32(-x)
+	s = 1 / (1 + e)
+	if x < 0 {
+		return s, 1 - s
+	}
+	return s, e * s
+}
 
 func GeluErf32(x float32) float32 { return 0.5 * x * (1 + Erf32(x*Sqrt1_2)) }
 
@@ -77,30 +105,32 @@ func GeluErfGrad32(dy, x float32) float32 {
 	return dy * (cdf + x*InvSqrt2Pi*Exp32(-0.5*x*x))
 }
 
-// geluTanhSigmoid is sigmoid(2u), u = sqrt(2/pi)(x + 0.044715x^3), since
-// 0.5(1 + tanh(u)) = sigmoid(2u) without the cancellation of 1 + tanh.
-func geluTanhSigmoid(x float32) (s, du float32) {
+// geluTanhSigmoid is sigmoid(2u) and its complement, u = sqrt(2/pi)(x +
+// 0.044715x^3), since 0.5(1 + tanh(u)) = sigmoid(2u) without the
+// cancellation of 1 + tanh; and du/dx.
+func geluTanhSigmoid(x float32) (s, c, du float32) {
 	x2 := x * x
 	u := GeluTanhK * x * (1 + GeluTanhC*x2)
-	return Sigmoid32(2 * u), GeluTanhK * (1 + 3*GeluTanhC*x2)
+	s, c = sigmoidPair(2 * u)
+	return s, c, GeluTanhK * (1 + 3*GeluTanhC*x2)
 }
 
 func GeluTanh32(x float32) float32 {
-	s, _ := geluTanhSigmoid(x)
+	s, _, _ := geluTanhSigmoid(x)
 	return x * s
 }
 
 // GeluTanhGrad32: d/dx x*s(2u) = s + 2x s (1-s) du/dx.
 func GeluTanhGrad32(dy, x float32) float32 {
-	s, du := geluTanhSigmoid(x)
-	return dy * (s + 2*x*s*(1-s)*du)
+	s, c, du := geluTanhSigmoid(x)
+	return dy * (s + 2*x*s*c*du)
 }
 
 func Silu32(x float32) float32 { return x * Sigmoid32(x) }
 
 func SiluGrad32(dy, x float32) float32 {
-	s := Sigmoid32(x)
-	return dy * s * (1 + x*(1-s))
+	s, c := sigmoidPair(x)
+	return dy * s * (1 + x*c)
 }
 
 // BF16 and F16 conversions, one value at a time.
@@ -131,11 +161,10 @@ func F32ToF16(f float32) uint16 {
 	a := u & 0x7fffffff
 	var o uint32
 	switch {
-	case a >= 0x47800000: // too big for half: inf, or NaN stays NaN
+	case a > 0x7f800000: // NaN: quieted, top of the payload kept (as VCVTPS2PH)
+		o = 0x7e00 | (a>>13)&0x3ff
+	case a >= 0x47800000: // too big for half: infinity
 		o = 0x7c00
-		if a > 0x7f800000 {
-			o = 0x7e00
-		}
 	case a < 0x38800000: // half subnormal or zero: let the FPU round
 		o = math.Float32bits(math.Float32frombits(a)+0.5) - 0x3f000000
 	default:

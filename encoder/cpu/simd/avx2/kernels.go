@@ -169,65 +169,78 @@ func expV(x vf) vf {
 }
 
 // withNaN returns y with NaN wherever x is NaN (the clamp in expV loses it).
+// The activations need no such step: their results are products with x.
 func withNaN(y, x vf) vf { return x.Merge(y, x.IsNaN()) }
 
-func sigmoidV(x vf) vf {
-	one := splat(1)
-	return one.Div(one.Add(expV(zero().Sub(x))))
+// newton refines an estimate r of 1/q: each step doubles its bits.
+func newton(q, r vf) vf { return r.Mul(splat(2).Sub(q.Mul(r))) }
+
+func sigmoidV(x vf) vf { return recip(splat(1).Add(expV(zero().Sub(x)))) }
+
+// sigmoidPair is simd.sigmoidPair: sigmoid(x) and 1 - sigmoid(x) without
+// cancellation.
+func sigmoidPair(x vf) (s, c vf) {
+	e := expV(zero().Sub(x))
+	s = recip(splat(1).Add(e))
+	return s, splat(1).Sub(s).Merge(e.Mul(s), x.Less(zero()))
 }
 
-func absV(x vf) vf { return asF(asI(x).And(splatI(0x7fffffff))) }
-
+// erfV is simd.Erf32 on W lanes.
 func erfV(x vf) vf {
-	ax := absV(x)
-	t := splat(1).Div(ax.MulAdd(splat(simd.ErfP), splat(1)))
-	p := splat(simd.ErfA5)
-	p = p.MulAdd(t, splat(simd.ErfA4))
-	p = p.MulAdd(t, splat(simd.ErfA3))
-	p = p.MulAdd(t, splat(simd.ErfA2))
-	p = p.MulAdd(t, splat(simd.ErfA1))
-	y := splat(1).Sub(p.Mul(t).Mul(expV(zero().Sub(ax.Mul(ax)))))
-	sign := asI(x).And(splatI(-0x80000000))
-	return asF(asI(y).Or(sign))
+	c := x.Max(splat(-simd.ErfClamp)).Min(splat(simd.ErfClamp))
+	x2 := c.Mul(c)
+	p := splat(simd.ErfP13)
+	p = p.MulAdd(x2, splat(simd.ErfP11))
+	p = p.MulAdd(x2, splat(simd.ErfP9))
+	p = p.MulAdd(x2, splat(simd.ErfP7))
+	p = p.MulAdd(x2, splat(simd.ErfP5))
+	p = p.MulAdd(x2, splat(simd.ErfP3))
+	p = p.MulAdd(x2, splat(simd.ErfP1))
+	q := splat(simd.ErfQ8)
+	q = q.MulAdd(x2, splat(simd.ErfQ6))
+	q = q.MulAdd(x2, splat(simd.ErfQ4))
+	q = q.MulAdd(x2, splat(simd.ErfQ2))
+	q = q.MulAdd(x2, splat(simd.ErfQ0))
+	return c.Mul(p).Mul(recip(q))
 }
 
 func geluErfV(x vf) vf {
 	half := splat(0.5)
 	cdf := half.Add(half.Mul(erfV(x.Mul(splat(simd.Sqrt1_2)))))
-	return withNaN(x.Mul(cdf), x)
+	return x.Mul(cdf)
 }
 
 func geluErfGradV(dy, x vf) vf {
 	half := splat(0.5)
 	cdf := half.Add(half.Mul(erfV(x.Mul(splat(simd.Sqrt1_2)))))
 	pdf := expV(splat(-0.5).Mul(x).Mul(x)).Mul(splat(simd.InvSqrt2Pi))
-	return withNaN(dy.Mul(x.MulAdd(pdf, cdf)), x)
+	return dy.Mul(x.MulAdd(pdf, cdf))
 }
 
-// geluTanhSigmoid is sigmoid(2u) and du/dx, as simd.geluTanhSigmoid.
-func geluTanhSigmoid(x vf) (s, du vf) {
+// geluTanhU is u = sqrt(2/pi)(x + 0.044715x^3) and du/dx.
+func geluTanhU(x vf) (u, du vf) {
 	x2 := x.Mul(x)
 	k := splat(simd.GeluTanhK)
-	u := k.Mul(x).Mul(x2.MulAdd(splat(simd.GeluTanhC), splat(1)))
-	return sigmoidV(u.Add(u)), k.Mul(x2.MulAdd(splat(3*simd.GeluTanhC), splat(1)))
+	return k.Mul(x).Mul(x2.MulAdd(splat(simd.GeluTanhC), splat(1))), k.Mul(x2.MulAdd(splat(3*simd.GeluTanhC), splat(1)))
 }
 
 func geluTanhV(x vf) vf {
-	s, _ := geluTanhSigmoid(x)
-	return withNaN(x.Mul(s), x)
+	u, _ := geluTanhU(x)
+	return x.Mul(sigmoidV(u.Add(u)))
 }
 
 func geluTanhGradV(dy, x vf) vf {
-	s, du := geluTanhSigmoid(x)
-	ds := s.Mul(splat(1).Sub(s)).Mul(du).Mul(x.Add(x))
-	return withNaN(dy.Mul(s.Add(ds)), x)
+	u, du := geluTanhU(x)
+	s, c := sigmoidPair(u.Add(u))
+	ds := s.Mul(c).Mul(du).Mul(x.Add(x))
+	return dy.Mul(s.Add(ds))
 }
 
-func siluV(x vf) vf { return withNaN(x.Mul(sigmoidV(x)), x) }
+func siluV(x vf) vf { return x.Mul(sigmoidV(x)) }
 
 func siluGradV(dy, x vf) vf {
-	s := sigmoidV(x)
-	return withNaN(dy.Mul(s).Mul(x.MulAdd(splat(1).Sub(s), splat(1))), x)
+	s, c := sigmoidPair(x)
+	return dy.Mul(s).Mul(x.MulAdd(c, splat(1)))
 }
 
 func unary(f func(vf) vf) func(dst, x []float32) {
@@ -439,7 +452,8 @@ func roundF16(u vi) vi {
 	sub := asI(asF(a).Add(splat(0.5))).Sub(splatI(0x3f000000))
 	o := sub.Merge(normal, a.Less(splatI(0x38800000)))
 	o = splatI(0x7c00).Merge(o, a.Greater(splatI(0x47800000-1)))
-	o = splatI(0x7e00).Merge(o, a.Greater(splatI(0x7f800000)))
+	nan := a.ShiftAllRight(13).And(splatI(0x3ff)).Or(splatI(0x7e00))
+	o = nan.Merge(o, a.Greater(splatI(0x7f800000)))
 	return o.Or(sign)
 }
 

@@ -49,3 +49,7 @@ func narrow(v vi) archsimd.Uint16x8 {
 func lanes(n int) archsimd.Mask32x8 {
 	return archsimd.LoadInt32x8Slice(laneTable[W-min(n, W):]).Less(splatI(0))
 }
+
+// recip is 1/q without a division: VRCPPS's 12-bit estimate and two Newton
+// steps.
+func recip(q vf) vf { return newton(q, newton(q, q.Reciprocal())) }

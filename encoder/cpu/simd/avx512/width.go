@@ -42,3 +42,7 @@ func storeU16Part(v vi, s []uint16) { v.AsUint32x16().TruncateToUint16().StoreSl
 func lanes(n int) archsimd.Mask32x16 {
 	return archsimd.LoadInt32x16Slice(laneTable[W-min(n, W):]).Less(splatI(0))
 }
+
+// recip is 1/q without a division: VRCP14PS's 14-bit estimate and one
+// Newton step.
+func recip(q vf) vf { return newton(q, q.Reciprocal()) }

@@ -1,0 +1,31 @@
+#include "textflag.h"
+
+// func widen8(dst *float32, src *uint16, n int)
+TEXT ·widen8(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+loop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	SUBQ      $8, CX
+	JNZ       loop
+	VZEROUPPER
+	RET
+
+// func narrow8(dst *uint16, src *float32, n int)
+TEXT ·narrow8(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+loop:
+	VMOVUPS   (SI), Y0
+	VCVTPS2PH $0, Y0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	SUBQ      $8, CX
+	JNZ       loop
+	VZEROUPPER
+	RET
