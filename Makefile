@@ -50,8 +50,10 @@ build/abi_test: tests/c/abi_test.c include/metalcore.h
 	@mkdir -p build
 	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl -lm -lpthread
 
+# twice: as the machine is, and with the driver "missing"
 test-c: $(LIB) build/abi_test
 	./build/abi_test $(LIB)
+	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 ./build/abi_test $(LIB)
 
 # arm64: the pure-Go packages cross-compiled and run under qemu-user-static.
 test-arm64:

@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"unsafe"
 
+	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
 
@@ -66,10 +67,20 @@ func mc_version_string() *C.char { return versionString }
 
 //export mc_backend_available
 func mc_backend_available(deviceType C.int32_t) C.int32_t {
-	if deviceType == core.DeviceCPU {
+	if core.BackendAvailable(int32(deviceType)) {
 		return 1
 	}
 	return 0
+}
+
+//export mc_cuda_prepare
+func mc_cuda_prepare(deviceID C.int32_t) C.mc_status {
+	return call("mc_cuda_prepare", func() error {
+		if err := cuda.Available(); err != nil {
+			return core.Errorf(core.ErrUnsupportedDevice, "the CUDA backend is unavailable: %v", err)
+		}
+		return cuda.Backend(cuda.Prepare(int(deviceID)))
+	})
 }
 
 // core.Tensor must have mc_tensor's exact layout: these constants fail to

@@ -8,7 +8,16 @@
  *
  *   - CPU tensors (device type 1): the encoder argument is NULL and the op runs
  *     now, on the calling thread plus the library's worker pool.
- *   - CUDA (2) and Metal (8): reserved; this build reports them unavailable.
+ *   - CUDA tensors (device type 2): the encoder argument is a CUstream /
+ *     cudaStream_t (NULL: the legacy default stream). The kernel is launched
+ *     on it and the call returns at once: no synchronization, no device
+ *     allocation, no copy; capturable into a CUDA graph after
+ *     mc_cuda_prepare. The driver and NVRTC are found at run time
+ *     (mc_backend_available(2) says whether they were); kernels are compiled
+ *     for each device on first use. Row ops need outer dimensions that
+ *     collapse into one strided row index; activations need contiguous
+ *     tensors.
+ *   - Metal (8): reserved; this build reports it unavailable.
  *
  * Every op returns an mc_status. On any status other than MC_OK no output byte
  * was written and nothing was enqueued; mc_last_error() then names the
@@ -120,6 +129,13 @@ mc_status mc_gelu_bwd(const mc_tensor* dy, const mc_tensor* x, int32_t approxima
                       mc_tensor* dx, void* encoder);
 mc_status mc_silu_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
 mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, void* encoder);
+
+/* ---- CUDA ------------------------------------------------------------------
+ * Compile and load every kernel for device_id now, in the context current
+ * on this thread or else the device's primary context. Call it before
+ * capturing metalcore calls into a CUDA graph: a call that would need to load
+ * a module while its stream is capturing fails instead. */
+mc_status mc_cuda_prepare(int32_t device_id);
 
 #endif /* METALCORE_TYPES_ONLY */
 

@@ -150,7 +150,7 @@ func mutations() []mutation {
 			}
 			return op.args[i].kind != kWork
 		}},
-		{"CUDA device", core.ErrUnsupportedDevice, func(_ opSpec, i int, _ []*tu.Tensor, ps []*core.Tensor) bool {
+		{"CUDA device", cudaMixStatus(), func(_ opSpec, i int, _ []*tu.Tensor, ps []*core.Tensor) bool {
 			ps[i].DeviceType = core.DeviceCUDA
 			return true
 		}},
@@ -338,4 +338,13 @@ func TestEmpty(t *testing.T) {
 		require.Equal(t, before, ts[len(ts)-1].Bytes(), op.name)
 		require.False(t, strings.Contains(op.name, " "))
 	}
+}
+
+// cudaMixStatus is what one CUDA tensor among CPU ones gets: the backend is
+// missing, or the devices disagree.
+func cudaMixStatus() core.Status {
+	if core.BackendAvailable(core.DeviceCUDA) {
+		return core.ErrInvalidArgument
+	}
+	return core.ErrUnsupportedDevice
 }

@@ -86,6 +86,16 @@ func (c *Call) Done(encoder unsafe.Pointer) error {
 		if all[0].DeviceType == DeviceCPU && encoder != nil {
 			return Errorf(ErrInvalidArgument, "encoder must be NULL for CPU tensors")
 		}
+		if b, ok := backends[all[0].DeviceType]; ok {
+			for _, v := range all {
+				if v.N == 0 {
+					continue
+				}
+				if err := b.owns(v.Base, int(v.DeviceID)); err != nil {
+					return Errorf(ErrInvalidArgument, "%s data %v", v.Name, err)
+				}
+			}
+		}
 	}
 	return CheckOverlap(c.inputs, c.outputs, c.aliases...)
 }

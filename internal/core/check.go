@@ -47,8 +47,8 @@ func WantDType(v *View, d DType) error {
 func SameDevice(vs ...*View) error {
 	for _, v := range vs[1:] {
 		if v.DeviceType != vs[0].DeviceType || v.DeviceID != vs[0].DeviceID {
-			return Errorf(ErrInvalidArgument, "%s is on device (%d, %d) but %s is on device (%d, %d)",
-				v.Name, v.DeviceType, v.DeviceID, vs[0].Name, vs[0].DeviceType, vs[0].DeviceID)
+			return Errorf(ErrInvalidArgument, "%s is on %s:%d but %s is on %s:%d (one call, one device)",
+				v.Name, deviceName(v.DeviceType), v.DeviceID, vs[0].Name, deviceName(vs[0].DeviceType), vs[0].DeviceID)
 		}
 	}
 	return nil
@@ -161,3 +161,10 @@ func selfOverlap(v *View) error {
 
 // String is for messages: "float32 [2 3]".
 func (v *View) String() string { return fmt.Sprintf("%s %v", v.DType, v.Shape) }
+
+func deviceName(t int32) string {
+	if n, ok := deviceNames[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("device type %d", t)
+}

@@ -144,7 +144,39 @@ func Check(name string, t *Tensor) (View, error) {
 	return v, nil
 }
 
+// backend is a device backend other than the CPU, registered by its encoder.
+type backend struct {
+	name      string
+	available func() error
+	owns      func(p unsafe.Pointer, deviceID int) error
+}
+
+var backends = map[int32]backend{}
+
+// RegisterBackend makes tensors of deviceType valid when available()
+// returns nil; owns checks that a data pointer is memory of a device.
+func RegisterBackend(deviceType int32, available func() error, owns func(p unsafe.Pointer, deviceID int) error) {
+	backends[deviceType] = backend{deviceNames[deviceType], available, owns}
+}
+
+var deviceNames = map[int32]string{DeviceCPU: "CPU", DeviceCUDA: "CUDA", DeviceMetal: "Metal"}
+
+// BackendAvailable reports whether tensors of deviceType can be used.
+func BackendAvailable(deviceType int32) bool {
+	if deviceType == DeviceCPU {
+		return true
+	}
+	b, ok := backends[deviceType]
+	return ok && b.available() == nil
+}
+
 func checkDevice(name string, dev int32) error {
+	if b, ok := backends[dev]; ok {
+		if err := b.available(); err != nil {
+			return Errorf(ErrUnsupportedDevice, "%s is a %s tensor but the %s backend is unavailable: %v", name, b.name, b.name, err)
+		}
+		return nil
+	}
 	switch dev {
 	case DeviceCPU:
 		return nil
@@ -236,4 +268,32 @@ func (v *View) RowPtr(r int) unsafe.Pointer {
 		r /= s
 	}
 	return unsafe.Add(v.Base, off*es)
+}
+
+// RowStride is the distance in elements between consecutive rows when the
+// outer dimensions collapse into one strided row index (ok false otherwise):
+// what the GPU row kernels take.
+func (v *View) RowStride() (int64, bool) {
+	if v.Strides == nil {
+		return int64(v.Cols), true
+	}
+	var stride, expect int64
+	found := false
+	for i := len(v.Shape) - 2; i >= 0; i-- {
+		if v.Shape[i] == 1 {
+			continue
+		}
+		if !found {
+			stride, expect, found = v.Strides[i], v.Strides[i]*v.Shape[i], true
+			continue
+		}
+		if v.Strides[i] != expect {
+			return 0, false
+		}
+		expect *= v.Shape[i]
+	}
+	if !found {
+		return int64(v.Cols), true
+	}
+	return stride, true
 }

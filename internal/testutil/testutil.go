@@ -9,19 +9,22 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"unsafe"
 
 	"metalcore/encoder/cpu"
 	"metalcore/encoder/cpu/simd"
+	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
 
 // DTypes is every dtype the ops support.
 var DTypes = []core.DType{core.F32, core.F16, core.BF16}
 
-// Tensor is a test tensor and the memory behind it.
+// Tensor is a test tensor and the memory behind it: host memory, mirrored
+// on the GPU when the tensor lives there (see OnCUDA).
 type Tensor struct {
 	T       core.Tensor
 	DT      core.DType
@@ -30,7 +33,14 @@ type Tensor struct {
 	mem     []uint64
 	base    unsafe.Pointer
 	bytes   int
+	dev     *cuda.Buffer
 }
+
+// onCUDA makes New place tensors on CUDA device 0 (set by ForEachBackend).
+var onCUDA bool
+
+// OnCUDA reports whether New currently makes CUDA tensors.
+func OnCUDA() bool { return onCUDA }
 
 // Option changes how New lays a tensor out.
 type Option func(*layout)
@@ -86,6 +96,15 @@ func New(dt core.DType, shape []int64, opts ...Option) *Tensor {
 	t.T = core.Tensor{Data: t.base, DeviceType: core.DeviceCPU, NDim: int32(len(shape)), Lanes: 1,
 		ByteOffset: uint64(l.offset * dt.Size())}
 	t.T.Code, t.T.Bits = DLPack(dt)
+	if onCUDA {
+		b, err := cuda.Alloc(0, len(t.mem)*8)
+		if err != nil {
+			panic(err)
+		}
+		t.dev = b
+		t.T.Data, t.T.DeviceType = b.Ptr, core.DeviceCUDA
+		runtime.SetFinalizer(t, func(t *Tensor) { t.dev.Free() })
+	}
 	if len(t.Shape) > 0 {
 		t.T.Shape = &t.Shape[0]
 	}
@@ -117,11 +136,34 @@ func (t *Tensor) Poison() {
 	for i := range b {
 		b[i] = pat[i%2]
 	}
+	t.push()
+}
+
+// push copies the host memory to the GPU mirror.
+func (t *Tensor) push() {
+	if t.dev != nil {
+		must(t.dev.CopyIn(t.base))
+	}
+}
+
+// pull waits for the GPU and copies its memory back to the host.
+func (t *Tensor) pull() {
+	if t.dev != nil {
+		must(cuda.Sync())
+		must(t.dev.CopyOut(t.base))
+	}
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
 }
 
 // Bytes is a copy of the whole allocation, to prove a failed call wrote
 // nothing.
 func (t *Tensor) Bytes() []byte {
+	t.pull()
 	return append([]byte(nil), unsafe.Slice((*byte)(t.base), len(t.mem)*8)...)
 }
 
@@ -155,6 +197,8 @@ func (t *Tensor) data() unsafe.Pointer { return unsafe.Add(t.base, t.T.ByteOffse
 
 // Set stores vals (row-major logical order), rounded to the dtype.
 func (t *Tensor) Set(vals []float64) *Tensor {
+	defer t.push()
+	t.pull()
 	p := t.data()
 	for i, off := range t.offsets() {
 		switch t.DT {
@@ -171,6 +215,7 @@ func (t *Tensor) Set(vals []float64) *Tensor {
 
 // Values reads the elements back in row-major logical order.
 func (t *Tensor) Values() []float64 {
+	t.pull()
 	p := t.data()
 	offs := t.offsets()
 	out := make([]float64, len(offs))
@@ -273,6 +318,20 @@ func ForEachISA(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
+// ForEachBackend is ForEachISA plus, where a GPU is present, a "cuda" run
+// with every tensor New makes on CUDA device 0: one suite for every backend.
+// Without a GPU it logs why the CUDA run is skipped.
+func ForEachBackend(t *testing.T, f func(t *testing.T)) {
+	ForEachISA(t, f)
+	if n, err := cuda.Devices(); err != nil || n == 0 {
+		t.Logf("no CUDA run: %v", err)
+		return
+	}
+	onCUDA = true
+	defer func() { onCUDA = false }()
+	t.Run("cuda", f)
+}
+
 // Rows splits row-major values into rows of width cols.
 func Rows(v []float64, cols int) [][]float64 {
 	var rows [][]float64
@@ -339,6 +398,12 @@ func (c Case) New(shape []int64, dt core.DType) *Tensor {
 	return New(dt, shape)
 }
 
+// NonContiguous reports whether the case's Strided layout really leaves
+// gaps (it does not for a single row).
+func (c Case) NonContiguous() bool {
+	return c.Strided && len(c.Shape) >= 2 && c.Rows() > 1
+}
+
 // Rows and Cols of the case's shape.
 func (c Case) Cols() int { return int(c.Shape[len(c.Shape)-1]) }
 func (c Case) Rows() int {
@@ -349,9 +414,10 @@ func (c Case) Rows() int {
 	return n
 }
 
-// Cases runs f for every implementation × dtype × shape × layout.
+// Cases runs f for every backend and CPU implementation × dtype × shape ×
+// layout.
 func Cases(t *testing.T, shapes [][]int64, f func(t *testing.T, c Case)) {
-	ForEachISA(t, func(t *testing.T) {
+	ForEachBackend(t, func(t *testing.T) {
 		for _, dt := range DTypes {
 			for _, sh := range shapes {
 				for _, l := range []Case{{}, {Strided: true}, {InPlace: true}} {
@@ -366,6 +432,7 @@ func Cases(t *testing.T, shapes [][]int64, f func(t *testing.T, c Case)) {
 // PaddingPoisoned reports whether every byte outside the tensor's elements
 // still holds the poison written by New.
 func (t *Tensor) PaddingPoisoned() bool {
+	t.pull()
 	b := unsafe.Slice((*byte)(t.base), len(t.mem)*8)
 	used := make([]bool, len(b))
 	es := t.DT.Size()

@@ -7,6 +7,7 @@ import (
 
 	"metalcore/encoder/cpu"
 	"metalcore/encoder/cpu/simd"
+	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
 
@@ -28,7 +29,7 @@ func GeluFwd(x *core.Tensor, approximate int32, y *core.Tensor, enc unsafe.Point
 	if err := checkApproximate(approximate); err != nil {
 		return err
 	}
-	return forward(x, y, enc, func(k *simd.Table) func(dst, x []float32) {
+	return forward(x, y, enc, "gelu_fwd", []uint64{cuda.I32(int(approximate))}, func(k *simd.Table) func(dst, x []float32) {
 		if approximate == GeluTanh {
 			return k.GeluTanh
 		}
@@ -41,7 +42,7 @@ func GeluBwd(dy, x *core.Tensor, approximate int32, dx *core.Tensor, enc unsafe.
 	if err := checkApproximate(approximate); err != nil {
 		return err
 	}
-	return backward(dy, x, dx, enc, func(k *simd.Table) func(dst, dy, x []float32) {
+	return backward(dy, x, dx, enc, "gelu_bwd", []uint64{cuda.I32(int(approximate))}, func(k *simd.Table) func(dst, dy, x []float32) {
 		if approximate == GeluTanh {
 			return k.GeluTanhGrad
 		}
@@ -51,37 +52,45 @@ func GeluBwd(dy, x *core.Tensor, approximate int32, dx *core.Tensor, enc unsafe.
 
 // SiluFwd: y = x * sigmoid(x).
 func SiluFwd(x, y *core.Tensor, enc unsafe.Pointer) error {
-	return forward(x, y, enc, func(k *simd.Table) func(dst, x []float32) { return k.Silu })
+	return forward(x, y, enc, "silu_fwd", nil, func(k *simd.Table) func(dst, x []float32) { return k.Silu })
 }
 
 // SiluBwd: dx = dy * silu'(x).
 func SiluBwd(dy, x, dx *core.Tensor, enc unsafe.Pointer) error {
-	return backward(dy, x, dx, enc, func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad })
+	return backward(dy, x, dx, enc, "silu_bwd", nil, func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad })
 }
 
-func forward(x, y *core.Tensor, enc unsafe.Pointer, pick func(*simd.Table) func(dst, x []float32)) error {
+// forward runs kernel (on CUDA, with extra trailing arguments) or, on the
+// CPU, the primitive pick chooses.
+func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint64, pick func(*simd.Table) func(dst, x []float32)) error {
 	var c core.Call
 	xv := c.In("x", x)
 	yv := c.Out("y", y)
 	c.Check(func() error { return core.LikeX(xv, yv) })
 	c.AllowInPlace(yv, xv)
-	if err := c.Done(enc); err != nil {
+	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
+	}
+	if xv.DeviceType == core.DeviceCUDA {
+		return elementwiseCUDA(kernel, enc, []*core.View{xv, yv}, extra...)
 	}
 	f := pick(cpu.K())
 	elementwise(yv, xv, nil, func(dst, a, _ []float32) { f(dst, a) })
 	return nil
 }
 
-func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, pick func(*simd.Table) func(dst, dy, x []float32)) error {
+func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint64, pick func(*simd.Table) func(dst, dy, x []float32)) error {
 	var c core.Call
 	dyv := c.In("dy", dy)
 	xv := c.In("x", x)
 	dxv := c.Out("dx", dx)
 	c.Check(func() error { return core.LikeX(xv, dyv, dxv) })
 	c.AllowInPlace(dxv, dyv)
-	if err := c.Done(enc); err != nil {
+	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
+	}
+	if xv.DeviceType == core.DeviceCUDA {
+		return elementwiseCUDA(kernel, enc, []*core.View{dyv, xv, dxv}, extra...)
 	}
 	elementwise(dxv, dyv, xv, pick(cpu.K()))
 	return nil

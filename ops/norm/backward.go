@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"metalcore/encoder/cpu"
+	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
 
@@ -13,7 +14,15 @@ import (
 // count.
 const maxPartials = 32
 
-func partialBlocks(rows int) int { return min(rows, maxPartials) }
+// partialBlocks is the number of row blocks (and partial rows) for x: on the
+// GPU eight per multiprocessor, enough blocks to fill it.
+func partialBlocks(x *core.View) (int, error) {
+	if x.DeviceType == core.DeviceCUDA {
+		sms, err := cuda.SMs(int(x.DeviceID))
+		return min(x.Rows, 8*sms), cuda.Backend(err)
+	}
+	return min(x.Rows, maxPartials), nil
+}
 
 // workspaceBytes is the workspace for `perRow` float32 partial rows of
 // width cols in each block.
@@ -23,7 +32,8 @@ func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
 	if err := c.Done(nil); err != nil {
 		return 0, err
 	}
-	return int64(partialBlocks(xv.Rows)) * int64(perRow) * int64(xv.Cols) * 4, nil
+	blocks, err := partialBlocks(xv)
+	return int64(blocks) * int64(perRow) * int64(xv.Cols) * 4, err
 }
 
 // RMSNormBwdWorkspace is the workspace RMSNormBwd needs for dweight.
@@ -72,7 +82,9 @@ func (b *bwdCall) grads(ws *core.Tensor, perRow int, names []string, ts ...*core
 	b.Check(func() error { return core.PerColumn(b.x, gs...) })
 	var need int64
 	if want && b.x != nil {
-		need = int64(partialBlocks(b.x.Rows)) * int64(perRow) * int64(b.x.Cols) * 4
+		blocks, err := partialBlocks(b.x)
+		b.Fail(err)
+		need = int64(blocks) * int64(perRow) * int64(b.x.Cols) * 4
 	}
 	return gs, b.Workspace("workspace", ws, need)
 }
@@ -85,6 +97,9 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	gs, wsv := b.grads(workspace, 1, []string{"dweight"}, dweight)
 	if err := b.Done(enc); err != nil || b.x.N == 0 {
 		return err
+	}
+	if b.x.DeviceType == core.DeviceCUDA {
+		return normBwdCUDA(b, nil, rv, gs, wsv, enc)
 	}
 	cols, w, rs := b.x.Cols, cpu.Vector(b.w), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
@@ -111,6 +126,9 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	gs, wsv := b.grads(workspace, 2, []string{"dweight", "dbias"}, dweight, dbias)
 	if err := b.Done(enc); err != nil || b.x.N == 0 {
 		return err
+	}
+	if b.x.DeviceType == core.DeviceCUDA {
+		return normBwdCUDA(b, mv, rv, gs, wsv, enc)
 	}
 	cols, w := b.x.Cols, cpu.Vector(b.w)
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
@@ -159,7 +177,7 @@ func reduceRows(rows, cols, perRow int, ws *core.View, gs []*core.View, row func
 		})
 		return
 	}
-	blocks, stride := partialBlocks(rows), perRow*cols
+	blocks, stride := min(rows, maxPartials), perRow*cols
 	partials := cpu.Float32s(ws.Base, blocks*stride)
 	cpu.Parallel(blocks, 1, func(lo, hi int, s *cpu.Scratch) {
 		for blk := lo; blk < hi; blk++ {

@@ -53,6 +53,9 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
 	}
+	if xv.DeviceType == core.DeviceCUDA {
+		return rmsnormFwdCUDA(xv, wv, yv, rv, eps, enc)
+	}
 	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
@@ -87,6 +90,9 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 	c.AllowInPlace(rov, resv)
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
+	}
+	if xv.DeviceType == core.DeviceCUDA {
+		return fusedAddRMSNormFwdCUDA(xv, resv, wv, yv, rov, rv, eps, enc)
 	}
 	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
@@ -146,6 +152,9 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 	c.AllowInPlace(yv, xv)
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
+	}
+	if xv.DeviceType == core.DeviceCUDA {
+		return layernormFwdCUDA(xv, wv, bv, yv, mv, rv, eps, enc)
 	}
 	ms, rs := rowStats(mv, xv.Rows), rowStats(rv, xv.Rows)
 	w, b, cols := cpu.Vector(wv), cpu.Vector(bv), xv.Cols

@@ -21,6 +21,9 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
 	}
+	if xv.DeviceType == core.DeviceCUDA {
+		return rowKernel("softmax_fwd", enc, xv, yv)
+	}
 	cols := xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
@@ -47,6 +50,9 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 	c.AllowInPlace(dxv, dyv)
 	if err := c.Done(enc); err != nil || yv.N == 0 {
 		return err
+	}
+	if yv.DeviceType == core.DeviceCUDA {
+		return rowKernel("softmax_bwd", enc, dyv, yv, dxv)
 	}
 	cols := yv.Cols
 	cpu.Parallel(yv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {

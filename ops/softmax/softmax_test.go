@@ -34,7 +34,7 @@ func TestFwd(t *testing.T) {
 // A masked row (-inf entries, as attention masks use) and a row whose
 // maximum moves up in a later chunk.
 func TestFwdMaskedAndRisingRows(t *testing.T) {
-	tu.ForEachISA(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
 		for _, dt := range tu.DTypes {
 			cols := 3000
 			xs := make([]float64, 2*cols)

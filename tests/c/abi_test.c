@@ -32,7 +32,7 @@ static int failures;
     X(mc_rmsnorm_fwd) X(mc_rmsnorm_bwd_workspace_size) X(mc_rmsnorm_bwd)            \
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
-    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd)
+    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -279,8 +279,10 @@ static void check_bad_inputs(void) {
     tensor w7 = make(F32, 1, 0, 7);
     expect_failure("short weight", p_mc_rmsnorm_fwd(&x.t, &w7.t, 1e-5f, &y.t, NULL, NULL), MC_ERR_INVALID_ARGUMENT,
                    "weight", &y, before);
-    x.t.device.device_type = MC_DEVICE_CUDA;
-    expect_failure("CUDA x", p_mc_softmax_fwd(&x.t, &y.t, NULL), MC_ERR_UNSUPPORTED_DEVICE, "CUDA", &y, before);
+    x.t.device.device_type = MC_DEVICE_CUDA; /* unavailable backend, or CPU and CUDA mixed */
+    expect_failure("CUDA x", p_mc_softmax_fwd(&x.t, &y.t, NULL),
+                   p_mc_backend_available(MC_DEVICE_CUDA) ? MC_ERR_INVALID_ARGUMENT : MC_ERR_UNSUPPORTED_DEVICE, "CUDA",
+                   &y, before);
     x.t.device.device_type = MC_DEVICE_CPU;
     x.t.dtype.bits = 64;
     expect_failure("float64 x", p_mc_gelu_fwd(&x.t, 0, &y.t, NULL), MC_ERR_UNSUPPORTED_DTYPE, "x", &y, before);
@@ -370,7 +372,13 @@ int main(int argc, char** argv) {
     CHECK(strlen(p_mc_version_string()) >= 5, "version string");
     CHECK(p_mc_backend_available(MC_DEVICE_CPU) == 1, "CPU available");
     CHECK(p_mc_backend_available(12345) == 0, "unknown backend");
-    CHECK(strcmp(p_mc_last_error(), "") == 0, "no error yet");
+    if (!p_mc_backend_available(MC_DEVICE_CUDA)) { /* no driver, or MC_CUDA_DRIVER points at nothing */
+        CHECK(p_mc_cuda_prepare(0) == MC_ERR_UNSUPPORTED_DEVICE, "prepare without CUDA");
+        CHECK(strstr(p_mc_last_error(), "unavailable") != NULL, "prepare message: %s", p_mc_last_error());
+        printf("abi_test: CUDA unavailable: %s\n", p_mc_last_error());
+    } else {
+        CHECK(p_mc_cuda_prepare(0) == MC_OK, "mc_cuda_prepare(0): %s", p_mc_last_error());
+    }
     srand(1);
     int64_t shapes[][2] = {{1, 1}, {3, 7}, {4, 33}, {2, 1030}, {5, 4096}, {1, 9001}, {64, 96}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {

@@ -1,0 +1,255 @@
+//go:build linux && cgo
+
+package cuda
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"metalcore/internal/core"
+)
+
+func init() { core.RegisterBackend(core.DeviceCUDA, Available, CheckPointer) }
+
+//go:embed prelude.cuh
+var prelude string
+
+var (
+	openOnce sync.Once
+	openErr  error
+
+	mu      sync.Mutex
+	sources []string
+	devices = map[int]*device{}
+)
+
+// device is one GPU's loaded kernels.
+type device struct {
+	ctx   context
+	funcs map[string]function // read without the lock once loaded is set
+	sms   int
+	ready bool
+}
+
+// Register adds an op family's kernel source (called from init).
+func Register(src string) {
+	mu.Lock()
+	defer mu.Unlock()
+	sources = append(sources, src)
+}
+
+// Available reports why the backend cannot run (nil when it can): the
+// driver (libcuda.so.1, or MC_CUDA_DRIVER) and NVRTC (MC_NVRTC, else
+// libnvrtc.so.13, .12, libnvrtc.so) are opened at first use.
+func Available() error {
+	openOnce.Do(func() {
+		driver := os.Getenv("MC_CUDA_DRIVER")
+		if driver == "" {
+			driver = "libcuda.so.1"
+		}
+		openErr = open(driver, os.Getenv("MC_NVRTC"))
+	})
+	return openErr
+}
+
+// Devices is the number of GPUs the driver sees.
+func Devices() (int, error) {
+	if err := Available(); err != nil {
+		return 0, err
+	}
+	return deviceCount()
+}
+
+func getDevice(dev int) (*device, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	n, err := deviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if dev < 0 || dev >= n {
+		return nil, fmt.Errorf("CUDA device %d does not exist (%d devices)", dev, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	d := devices[dev]
+	if d == nil {
+		d = &device{}
+		if d.sms, err = smCount(dev); err != nil {
+			return nil, err
+		}
+		if d.ctx, err = retainPrimary(dev); err != nil {
+			return nil, err
+		}
+		devices[dev] = d
+	}
+	return d, nil
+}
+
+// Prepare compiles and loads every kernel for dev now, so that no later call
+// compiles or loads a module (required before CUDA graph capture).
+func Prepare(dev int) error {
+	d, err := getDevice(dev)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if d.ready {
+		return nil
+	}
+	leave, err := d.ctx.enter(dev)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	major, minor, err := computeCapability(dev)
+	if err != nil {
+		return err
+	}
+	src := prelude + "\n" + strings.Join(sources, "\n")
+	m, err := compileAndLoad(src, major, minor)
+	if err != nil {
+		return err
+	}
+	d.funcs = map[string]function{}
+	for _, name := range kernelNames(src) {
+		f, err := m.function(name)
+		if err != nil {
+			return err
+		}
+		d.funcs[name] = f
+	}
+	d.ready = true
+	return nil
+}
+
+// kernelNames lists NAME_f32/_f16/_bf16 for every MC_INSTANTIATE(NAME, ...)
+// of src.
+func kernelNames(src string) []string {
+	var names []string
+	for _, part := range strings.Split(src, "\nMC_INSTANTIATE(")[1:] {
+		name := part[:strings.IndexByte(part, ',')]
+		names = append(names, name+"_f32", name+"_f16", name+"_bf16")
+	}
+	return names
+}
+
+// SMs is dev's multiprocessor count.
+func SMs(dev int) (int, error) {
+	d, err := getDevice(dev)
+	if err != nil {
+		return 0, err
+	}
+	return d.sms, nil
+}
+
+// CheckPointer fails unless p is memory of CUDA device dev.
+func CheckPointer(p unsafe.Pointer, dev int) error {
+	ord, err := pointerDevice(p)
+	if err != nil {
+		return fmt.Errorf("is not CUDA device memory")
+	}
+	if ord != dev {
+		return fmt.Errorf("is memory of CUDA device %d, not %d", ord, dev)
+	}
+	return nil
+}
+
+// Launch runs kernel name on dev's stream (NULL: the legacy default stream)
+// with grid blocks of block threads (fewer where the kernel's registers
+// allow fewer: every kernel works with any whole number of warps); args are
+// 8-byte slots made by Ptr, I64, I32 and F32. It never synchronizes. Kernels not yet loaded are loaded
+// first, unless the stream is being captured into a graph.
+func Launch(dev int, stream unsafe.Pointer, name string, grid, block int, args ...uint64) error {
+	d, err := getDevice(dev)
+	if err != nil {
+		return err
+	}
+	leave, err := d.ctx.enter(dev)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	mu.Lock()
+	ready := d.ready
+	mu.Unlock()
+	if !ready {
+		capturing, err := isCapturing(stream)
+		if err != nil {
+			return err
+		}
+		if capturing {
+			return fmt.Errorf("the kernels are not loaded and the stream is being captured: call mc_cuda_prepare(%d) before capture", dev)
+		}
+		if err := Prepare(dev); err != nil {
+			return err
+		}
+	}
+	f, ok := d.funcs[name]
+	if !ok {
+		return fmt.Errorf("no kernel %s", name)
+	}
+	if grid == 0 {
+		return nil
+	}
+	return launch(f, grid, min(block, f.maxThreads), 0, stream, args)
+}
+
+// Kernel parameter slots.
+func Ptr(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) }
+func I64(v int64) uint64          { return uint64(v) }
+func I32(v int) uint64            { return uint64(uint32(int32(v))) }
+func F32(v float32) uint64        { return uint64(*(*uint32)(unsafe.Pointer(&v))) }
+
+// Buffer is device memory for tests and benchmarks (the ops never allocate).
+type Buffer struct {
+	Ptr unsafe.Pointer
+	n   int
+}
+
+// Alloc allocates n bytes on dev (test support).
+func Alloc(dev, n int) (*Buffer, error) {
+	d, err := getDevice(dev)
+	if err != nil {
+		return nil, err
+	}
+	leave, err := d.ctx.enter(dev)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	p, err := memAlloc(n)
+	return &Buffer{p, n}, err
+}
+
+// CopyIn, CopyOut, Free and Sync are synchronous test helpers on dev 0's
+// primary context (made current by Alloc's device).
+func (b *Buffer) CopyIn(src unsafe.Pointer) error {
+	return withDevice(func() error { return copyHtoD(b.Ptr, src, b.n) })
+}
+func (b *Buffer) CopyOut(dst unsafe.Pointer) error {
+	return withDevice(func() error { return copyDtoH(dst, b.Ptr, b.n) })
+}
+func (b *Buffer) Free() error { return withDevice(func() error { return memFree(b.Ptr) }) }
+
+// Sync waits for all work on device 0.
+func Sync() error { return withDevice(synchronize) }
+
+func withDevice(f func() error) error {
+	d, err := getDevice(0)
+	if err != nil {
+		return err
+	}
+	leave, err := d.ctx.enter(0)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return f()
+}

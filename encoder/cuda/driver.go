@@ -1,0 +1,380 @@
+//go:build linux && cgo
+
+package cuda
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void* CUcontext;
+typedef void* CUmodule;
+typedef void* CUfunction;
+typedef void* CUstream;
+typedef unsigned long long CUdeviceptr;
+typedef int nvrtcResult;
+typedef void* nvrtcProgram;
+
+// Entry points resolved with dlsym at first use: nothing of CUDA is needed
+// to build or load the library. Go cannot call C function pointers, so each
+// has a small trampoline below.
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDeviceGetCount)(int*);
+static CUresult (*p_cuDeviceGet)(CUdevice*, int);
+static CUresult (*p_cuDeviceGetAttribute)(int*, int, CUdevice);
+static CUresult (*p_cuCtxGetCurrent)(CUcontext*);
+static CUresult (*p_cuCtxGetDevice)(CUdevice*);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+static CUresult (*p_cuCtxPushCurrent)(CUcontext);
+static CUresult (*p_cuCtxPopCurrent)(CUcontext*);
+static CUresult (*p_cuModuleLoadData)(CUmodule*, const void*);
+static CUresult (*p_cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+static CUresult (*p_cuFuncGetAttribute)(int*, int, CUfunction);
+static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**);
+static CUresult (*p_cuPointerGetAttribute)(void*, int, CUdeviceptr);
+static CUresult (*p_cuStreamIsCapturing)(CUstream, int*);
+static CUresult (*p_cuGetErrorString)(CUresult, const char**);
+static CUresult (*p_cuMemAlloc)(CUdeviceptr*, size_t);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+static CUresult (*p_cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+static CUresult (*p_cuCtxSynchronize)(void);
+static nvrtcResult (*p_nvrtcVersion)(int*, int*);
+static nvrtcResult (*p_nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                           const char* const*);
+static nvrtcResult (*p_nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
+static nvrtcResult (*p_nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
+static nvrtcResult (*p_nvrtcGetProgramLog)(nvrtcProgram, char*);
+static nvrtcResult (*p_nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
+static nvrtcResult (*p_nvrtcGetCUBIN)(nvrtcProgram, char*);
+static nvrtcResult (*p_nvrtcGetPTXSize)(nvrtcProgram, size_t*);
+static nvrtcResult (*p_nvrtcGetPTX)(nvrtcProgram, char*);
+static nvrtcResult (*p_nvrtcDestroyProgram)(nvrtcProgram*);
+
+static char mc_cuda_why[512];
+
+#define SYM(lib, var, name)                                                                   \
+    if (!(*(void**)&var = dlsym(lib, name))) {                                                \
+        snprintf(mc_cuda_why, sizeof mc_cuda_why, "%s lacks %s", #lib, name);               \
+        return mc_cuda_why;                                                                   \
+    }
+
+#include <stdio.h>
+// mc_cuda_open loads the driver and NVRTC; it returns NULL or why not.
+static const char* mc_cuda_open(const char* cuda_path, const char* nvrtc_path) {
+    void* libcuda = dlopen(cuda_path, RTLD_NOW | RTLD_LOCAL);
+    if (!libcuda) {
+        snprintf(mc_cuda_why, sizeof mc_cuda_why, "no NVIDIA driver: dlopen %s: %s", cuda_path, dlerror());
+        return mc_cuda_why;
+    }
+    void* libnvrtc = 0;
+    const char* names[] = {nvrtc_path, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    for (int i = nvrtc_path ? 0 : 1; i < 4 && !libnvrtc; i++) {
+        libnvrtc = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (nvrtc_path) break;
+    }
+    if (!libnvrtc) {
+        snprintf(mc_cuda_why, sizeof mc_cuda_why, "no NVRTC (libnvrtc.so.13, .12 or libnvrtc.so): %s", dlerror());
+        return mc_cuda_why;
+    }
+    SYM(libcuda, p_cuInit, "cuInit");
+    SYM(libcuda, p_cuDeviceGetCount, "cuDeviceGetCount");
+    SYM(libcuda, p_cuDeviceGet, "cuDeviceGet");
+    SYM(libcuda, p_cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    SYM(libcuda, p_cuCtxGetCurrent, "cuCtxGetCurrent");
+    SYM(libcuda, p_cuCtxGetDevice, "cuCtxGetDevice");
+    SYM(libcuda, p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(libcuda, p_cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+    SYM(libcuda, p_cuCtxPopCurrent, "cuCtxPopCurrent_v2");
+    SYM(libcuda, p_cuModuleLoadData, "cuModuleLoadData");
+    SYM(libcuda, p_cuModuleGetFunction, "cuModuleGetFunction");
+    SYM(libcuda, p_cuLaunchKernel, "cuLaunchKernel");
+    SYM(libcuda, p_cuFuncGetAttribute, "cuFuncGetAttribute");
+    SYM(libcuda, p_cuPointerGetAttribute, "cuPointerGetAttribute");
+    SYM(libcuda, p_cuStreamIsCapturing, "cuStreamIsCapturing");
+    SYM(libcuda, p_cuGetErrorString, "cuGetErrorString");
+    SYM(libcuda, p_cuMemAlloc, "cuMemAlloc_v2");
+    SYM(libcuda, p_cuMemFree, "cuMemFree_v2");
+    SYM(libcuda, p_cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    SYM(libcuda, p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    SYM(libcuda, p_cuCtxSynchronize, "cuCtxSynchronize");
+    SYM(libnvrtc, p_nvrtcVersion, "nvrtcVersion");
+    SYM(libnvrtc, p_nvrtcCreateProgram, "nvrtcCreateProgram");
+    SYM(libnvrtc, p_nvrtcCompileProgram, "nvrtcCompileProgram");
+    SYM(libnvrtc, p_nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize");
+    SYM(libnvrtc, p_nvrtcGetProgramLog, "nvrtcGetProgramLog");
+    SYM(libnvrtc, p_nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
+    SYM(libnvrtc, p_nvrtcGetCUBIN, "nvrtcGetCUBIN");
+    SYM(libnvrtc, p_nvrtcGetPTXSize, "nvrtcGetPTXSize");
+    SYM(libnvrtc, p_nvrtcGetPTX, "nvrtcGetPTX");
+    SYM(libnvrtc, p_nvrtcDestroyProgram, "nvrtcDestroyProgram");
+    CUresult r = p_cuInit(0);
+    if (r != 0) {
+        snprintf(mc_cuda_why, sizeof mc_cuda_why, "cuInit failed (CUresult %d): no usable GPU", r);
+        return mc_cuda_why;
+    }
+    int n = 0;
+    if (p_cuDeviceGetCount(&n) != 0 || n == 0) return "the NVIDIA driver reports no GPU";
+    return 0;
+}
+
+static const char* mc_cu_error(CUresult r) {
+    const char* s = 0;
+    if (p_cuGetErrorString && p_cuGetErrorString(r, &s) == 0 && s) return s;
+    return "unknown CUDA error";
+}
+
+static CUresult mc_device_count(int* n) { return p_cuDeviceGetCount(n); }
+static CUresult mc_compute_capability(int dev, int* major, int* minor) {
+    CUdevice d;
+    CUresult r = p_cuDeviceGet(&d, dev);
+    if (r) return r;
+    if ((r = p_cuDeviceGetAttribute(major, 75, d))) return r;  // COMPUTE_CAPABILITY_MAJOR
+    return p_cuDeviceGetAttribute(minor, 76, d);               // COMPUTE_CAPABILITY_MINOR
+}
+static CUresult mc_sm_count(int dev, int* n) {
+    CUdevice d;
+    CUresult r = p_cuDeviceGet(&d, dev);
+    if (r) return r;
+    return p_cuDeviceGetAttribute(n, 16, d);  // MULTIPROCESSOR_COUNT
+}
+
+// mc_enter makes a context of device dev current: the calling thread's own
+// if it is on dev, else dev's primary context (PyTorch's), pushed; *pushed
+// says whether mc_leave must pop it.
+static CUresult mc_enter(int dev, CUcontext primary, int* pushed) {
+    CUcontext cur = 0;
+    *pushed = 0;
+    CUresult r = p_cuCtxGetCurrent(&cur);
+    if (r) return r;
+    if (cur) {
+        CUdevice d;
+        if ((r = p_cuCtxGetDevice(&d))) return r;
+        if (d == dev) return 0;
+    }
+    if ((r = p_cuCtxPushCurrent(primary))) return r;
+    *pushed = 1;
+    return 0;
+}
+static CUresult mc_retain_primary(int dev, CUcontext* primary) {
+    CUdevice d;
+    CUresult r = p_cuDeviceGet(&d, dev);
+    if (r) return r;
+    return p_cuDevicePrimaryCtxRetain(primary, d);
+}
+static void mc_leave(int pushed) {
+    CUcontext c;
+    if (pushed) p_cuCtxPopCurrent(&c);
+}
+
+static CUresult mc_pointer_device(uintptr_t p, int* ordinal) {
+    return p_cuPointerGetAttribute(ordinal, 9, (CUdeviceptr)p);  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+}
+static CUresult mc_is_capturing(uintptr_t stream, int* capturing) {
+    return p_cuStreamIsCapturing((CUstream)stream, capturing);
+}
+
+// mc_compile compiles src for sm_major.minor; on success *image (malloc'd)
+// holds a cubin, or PTX when this NVRTC does not know the architecture.
+static int mc_compile(const char* src, int major, int minor, char** image, char** log) {
+    nvrtcProgram prog;
+    *image = 0;
+    *log = 0;
+    if (p_nvrtcCreateProgram(&prog, src, "metalcore.cu", 0, 0, 0)) return -1;
+    char arch[64];
+    int res = 1;
+    for (int attempt = 0; attempt < 2 && res; attempt++) {
+        snprintf(arch, sizeof arch, "--gpu-architecture=%s_%d%d", attempt ? "compute" : "sm", major, minor);
+        const char* opts[] = {arch, "--std=c++17", "-default-device"};
+        res = p_nvrtcCompileProgram(prog, 3, opts);
+        if (res) {
+            size_t n = 0;
+            p_nvrtcGetProgramLogSize(prog, &n);
+            free(*log);
+            *log = malloc(n + 1);
+            p_nvrtcGetProgramLog(prog, *log);
+            (*log)[n] = 0;
+        } else if (attempt == 0) {
+            size_t n = 0;
+            p_nvrtcGetCUBINSize(prog, &n);
+            *image = malloc(n);
+            p_nvrtcGetCUBIN(prog, *image);
+        } else {
+            size_t n = 0;
+            p_nvrtcGetPTXSize(prog, &n);
+            *image = malloc(n);
+            p_nvrtcGetPTX(prog, *image);
+        }
+    }
+    p_nvrtcDestroyProgram(&prog);
+    return res;
+}
+
+static CUresult mc_load(const void* image, CUmodule* mod) { return p_cuModuleLoadData(mod, image); }
+static CUresult mc_function(CUmodule mod, const char* name, CUfunction* f, int* max_threads) {
+    CUresult r = p_cuModuleGetFunction(f, mod, name);
+    if (r) return r;
+    return p_cuFuncGetAttribute(max_threads, 0, *f);  // MAX_THREADS_PER_BLOCK (registers allowing)
+}
+
+// mc_launch launches f with n parameters, parameter i being the bytes at
+// args + 8*i.
+static CUresult mc_launch(CUfunction f, unsigned gx, unsigned bx, unsigned shmem, uintptr_t stream, void* args,
+                          int n) {
+    void* params[32];
+    for (int i = 0; i < n && i < 32; i++) params[i] = (char*)args + 8 * i;
+    return p_cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shmem, (CUstream)stream, params, 0);
+}
+
+// test support
+static CUresult mc_alloc(size_t n, void** p) {
+    CUdeviceptr d = 0;
+    CUresult r = p_cuMemAlloc(&d, n);
+    *p = (void*)d;
+    return r;
+}
+static CUresult mc_free(uintptr_t p) { return p_cuMemFree((CUdeviceptr)p); }
+static CUresult mc_htod(uintptr_t dst, const void* src, size_t n) { return p_cuMemcpyHtoD((CUdeviceptr)dst, src, n); }
+static CUresult mc_dtoh(void* dst, uintptr_t src, size_t n) { return p_cuMemcpyDtoH(dst, (CUdeviceptr)src, n); }
+static CUresult mc_sync(void) { return p_cuCtxSynchronize(); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+func open(cudaPath, nvrtcPath string) error {
+	cp := C.CString(cudaPath)
+	defer C.free(unsafe.Pointer(cp))
+	var np *C.char
+	if nvrtcPath != "" {
+		np = C.CString(nvrtcPath)
+		defer C.free(unsafe.Pointer(np))
+	}
+	if why := C.mc_cuda_open(cp, np); why != nil {
+		return fmt.Errorf("%s", C.GoString(why))
+	}
+	return nil
+}
+
+func check(what string, r C.CUresult) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s (CUresult %d)", what, C.GoString(C.mc_cu_error(r)), int(r))
+}
+
+func deviceCount() (int, error) {
+	var n C.int
+	return int(n), check("cuDeviceGetCount", C.mc_device_count(&n))
+}
+
+func computeCapability(dev int) (int, int, error) {
+	var major, minor C.int
+	err := check("cuDeviceGetAttribute", C.mc_compute_capability(C.int(dev), &major, &minor))
+	return int(major), int(minor), err
+}
+
+func smCount(dev int) (int, error) {
+	var n C.int
+	return int(n), check("cuDeviceGetAttribute", C.mc_sm_count(C.int(dev), &n))
+}
+
+// context is a device's primary context, retained once.
+type context struct{ primary C.CUcontext }
+
+func retainPrimary(dev int) (context, error) {
+	var c context
+	return c, check("cuDevicePrimaryCtxRetain", C.mc_retain_primary(C.int(dev), &c.primary))
+}
+
+// enter makes a context on dev current and returns the function undoing it.
+// A context is current per OS thread, so the goroutine stays on its thread
+// in between.
+func (c *context) enter(dev int) (func(), error) {
+	runtime.LockOSThread()
+	var pushed C.int
+	if err := check("making a context current", C.mc_enter(C.int(dev), c.primary, &pushed)); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return func() {
+		C.mc_leave(pushed)
+		runtime.UnlockOSThread()
+	}, nil
+}
+
+// pointerDevice is the device ordinal owning p, or an error for host memory.
+func pointerDevice(p unsafe.Pointer) (int, error) {
+	var ord C.int
+	err := check("cuPointerGetAttribute", C.mc_pointer_device(C.uintptr_t(uintptr(p)), &ord))
+	return int(ord), err
+}
+
+func isCapturing(stream unsafe.Pointer) (bool, error) {
+	var c C.int
+	err := check("cuStreamIsCapturing", C.mc_is_capturing(C.uintptr_t(uintptr(stream)), &c))
+	return c != 0, err
+}
+
+type module struct{ m C.CUmodule }
+// function is a loaded kernel and the most threads a block of it may have.
+type function struct {
+	f          C.CUfunction
+	maxThreads int
+}
+
+// compileAndLoad compiles src with NVRTC for sm_major.minor and loads it
+// into the current context.
+func compileAndLoad(src string, major, minor int) (module, error) {
+	cs := C.CString(src)
+	defer C.free(unsafe.Pointer(cs))
+	var image, log *C.char
+	res := C.mc_compile(cs, C.int(major), C.int(minor), &image, &log)
+	defer C.free(unsafe.Pointer(log))
+	defer C.free(unsafe.Pointer(image))
+	var m module
+	if res != 0 {
+		return m, fmt.Errorf("NVRTC failed to compile the kernels for sm_%d%d: %s", major, minor, C.GoString(log))
+	}
+	return m, check("cuModuleLoadData", C.mc_load(unsafe.Pointer(image), &m.m))
+}
+
+func (m module) function(name string) (function, error) {
+	cn := C.CString(name)
+	defer C.free(unsafe.Pointer(cn))
+	var f function
+	var mt C.int
+	err := check("cuModuleGetFunction "+name, C.mc_function(m.m, cn, &f.f, &mt))
+	f.maxThreads = int(mt) &^ 31
+	return f, err
+}
+
+func launch(f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64) error {
+	return check("cuLaunchKernel", C.mc_launch(f.f, C.uint(grid), C.uint(block), C.uint(shmem),
+		C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(len(args))))
+}
+
+// Test support: plain device memory and copies, synchronous.
+
+func memAlloc(n int) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	err := check("cuMemAlloc", C.mc_alloc(C.size_t(max(n, 1)), &p))
+	return p, err
+}
+func memFree(p unsafe.Pointer) error { return check("cuMemFree", C.mc_free(C.uintptr_t(uintptr(p)))) }
+func copyHtoD(dst, src unsafe.Pointer, n int) error {
+	return check("cuMemcpyHtoD", C.mc_htod(C.uintptr_t(uintptr(dst)), src, C.size_t(n)))
+}
+func copyDtoH(dst, src unsafe.Pointer, n int) error {
+	return check("cuMemcpyDtoH", C.mc_dtoh(dst, C.uintptr_t(uintptr(src)), C.size_t(n)))
+}
+func synchronize() error { return check("cuCtxSynchronize", C.mc_sync()) }

@@ -1,0 +1,179 @@
+// metalcore kernel prelude (CUDA side). Kernels are written against these
+// names only (thread ids, barriers, warp sums, 16-bit loads and stores), so
+// a Metal prelude can map the same bodies to MSL. No CUDA headers: NVRTC
+// runs without a toolkit.
+#define MC_KERNEL extern "C" __global__
+#define MC_DEVICE static __device__ __forceinline__
+#define MC_METHOD __device__ __forceinline__
+#define MC_TID ((int)threadIdx.x)
+#define MC_NTHREADS ((int)blockDim.x)
+#define MC_BLOCK ((long long)blockIdx.x)
+#define MC_NBLOCKS ((long long)gridDim.x)
+#define MC_BARRIER() __syncthreads()
+#define MC_SHARED __shared__
+
+typedef unsigned short mc_u16;
+typedef long long mc_i64;
+
+// Element types: T is the storage type, load/store convert to float32
+// (16-bit stores round to nearest even; NaN stays NaN).
+struct F32 {
+    typedef float T;
+    MC_DEVICE float load(const T* p) { return *p; }
+    MC_DEVICE void store(T* p, float v) { *p = v; }
+    MC_DEVICE float round(float v) { return v; }
+};
+struct BF16 {
+    typedef mc_u16 T;
+    MC_DEVICE float load(const T* p) { return __uint_as_float(((unsigned)*p) << 16); }
+    MC_DEVICE void store(T* p, float v) {
+        unsigned u = __float_as_uint(v);
+        if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (mc_u16)((u >> 16) | 0x40u); return; }
+        *p = (mc_u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    MC_DEVICE float round(float v) { T t; store(&t, v); return load(&t); }
+};
+struct F16 {
+    typedef mc_u16 T;
+    MC_DEVICE float load(const T* p) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(*p));
+        return f;
+    }
+    MC_DEVICE void store(T* p, float v) {
+        mc_u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        *p = h;
+    }
+    MC_DEVICE float round(float v) { T t; store(&t, v); return load(&t); }
+};
+
+// 16-byte vectors: VEC elements of D per load.
+template <class D> struct Vec {
+    enum { N = 16 / sizeof(typename D::T) };
+    MC_DEVICE void load(const typename D::T* p, float* out) {
+        uint4 raw = *(const uint4*)p;
+        const typename D::T* e = (const typename D::T*)&raw;
+#pragma unroll
+        for (int j = 0; j < N; j++) out[j] = D::load(e + j);
+    }
+    MC_DEVICE void store(typename D::T* p, const float* in) {
+        uint4 raw;
+        typename D::T* e = (typename D::T*)&raw;
+#pragma unroll
+        for (int j = 0; j < N; j++) D::store(e + j, in[j]);
+        *(uint4*)p = raw;
+    }
+};
+
+MC_DEVICE float mc_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+MC_DEVICE float mc_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide reductions; every thread gets the result. scratch holds 33
+// floats of shared memory.
+MC_DEVICE float mc_block_sum(float v, float* scratch) {
+    v = mc_warp_sum(v);
+    int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
+    MC_BARRIER();
+    if (lane == 0) scratch[warp] = v;
+    MC_BARRIER();
+    v = lane < nwarps ? scratch[lane] : 0.f;
+    v = mc_warp_sum(v);
+    return v;
+}
+MC_DEVICE float mc_block_max(float v, float* scratch) {
+    v = mc_warp_max(v);
+    int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
+    MC_BARRIER();
+    if (lane == 0) scratch[warp] = v;
+    MC_BARRIER();
+    v = lane < nwarps ? scratch[lane] : -__int_as_float(0x7f800000);
+    v = mc_warp_max(v);
+    return v;
+}
+
+// Row kernels read a row in 16-byte pieces: piece k of thread t covers
+// elements [(k*threads + t)*N, +N). A row whose start is 16-byte aligned and
+// whose width is a multiple of N moves whole vectors; any other row goes
+// element by element with the same layout.
+MC_DEVICE bool mc_aligned(const void* q, int cols, int n) {
+    return ((unsigned long long)q % 16) == 0 && cols % n == 0;
+}
+MC_DEVICE int mc_piece_start(int k, int n) { return (k * MC_NTHREADS + MC_TID) * n; }
+
+template <class D> MC_DEVICE void mc_fetch(const typename D::T* p, int cols, bool vec, int s, float* out) {
+    enum { N = Vec<D>::N };
+    if (vec) {
+        if (s < cols) Vec<D>::load(p + s, out);
+        else for (int j = 0; j < N; j++) out[j] = 0.f;
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < N; j++) out[j] = s + j < cols ? D::load(p + s + j) : 0.f;
+}
+
+template <class D> MC_DEVICE void mc_store(typename D::T* q, int cols, bool vec, int s, const float* val) {
+    enum { N = Vec<D>::N };
+    if (vec) {
+        if (s < cols) Vec<D>::store(q + s, val);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        if (s + j < cols) D::store(q + s + j, val[j]);
+}
+
+#define MC_CACHE 8
+
+// Row<D, C> keeps the first C pieces of a row in registers, so later passes
+// read no memory; wider rows re-read the rest (from source, which a kernel
+// may point elsewhere, e.g. at what it wrote in the first pass).
+template <class D, int C> struct Row {
+    enum { N = Vec<D>::N };
+    float v[C][N];
+    const typename D::T* src;
+    int cols;
+    bool vec;
+    MC_METHOD void init(const typename D::T* row, int c) { src = row; cols = c; vec = mc_aligned(row, c, N); }
+    MC_METHOD int pieces() const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
+    MC_METHOD int start(int k) const { return mc_piece_start(k, N); }
+    // load: fetch every piece (caching the first C) and call f(values, k)
+    template <class F> MC_METHOD void load(F f) {
+        int n = pieces();
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (k < n) { mc_fetch<D>(src, cols, vec, start(k), v[k]); f(v[k], k); }
+        for (int k = C; k < n; k++) {
+            float t[N];
+            mc_fetch<D>(src, cols, vec, start(k), t);
+            f(t, k);
+        }
+    }
+    // each: call f(values, k) again, from registers where cached
+    template <class F> MC_METHOD void each(F f) {
+        int n = pieces();
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (k < n) f(v[k], k);
+        for (int k = C; k < n; k++) {
+            float t[N];
+            mc_fetch<D>(src, cols, vec, start(k), t);
+            f(t, k);
+        }
+    }
+};
+
+// One kernel per dtype: NAME_f32, NAME_f16, NAME_bf16, each calling
+// NAME<D>(args...).
+#define MC_INSTANTIATE(NAME, PARAMS, ARGS)                       \
+    MC_KERNEL void NAME##_f32 PARAMS { NAME<F32> ARGS; }          \
+    MC_KERNEL void NAME##_f16 PARAMS { NAME<F16> ARGS; }          \
+    MC_KERNEL void NAME##_bf16 PARAMS { NAME<BF16> ARGS; }

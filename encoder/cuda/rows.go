@@ -1,0 +1,59 @@
+package cuda
+
+import "metalcore/internal/core"
+
+// What the op families share when they launch: kernel names per dtype, block
+// sizes, layouts the kernels take.
+
+var dtypeSuffix = map[core.DType]string{core.F32: "_f32", core.F16: "_f16", core.BF16: "_bf16"}
+
+// Kernel is the name of kernel family name instantiated for dt.
+func Kernel(name string, dt core.DType) string { return name + dtypeSuffix[dt] }
+
+// RowThreads is the block size of a row kernel: about four 16-byte pieces
+// per thread, in whole warps, 32 to 1024.
+func RowThreads(cols int, dt core.DType) int {
+	perPiece := 16 / dt.Size()
+	t := (cols + 4*perPiece - 1) / (4 * perPiece)
+	return min(max((t+31)/32*32, 32), 1024)
+}
+
+// RowStride is v's row stride, or an unsupported-layout error when its outer
+// dimensions do not collapse into one strided index.
+func RowStride(v *core.View) (int64, error) {
+	s, ok := v.RowStride()
+	if !ok {
+		return 0, core.Errorf(core.ErrUnsupportedLayout, "%s: on CUDA the dimensions before the last must collapse into one strided row index (strides %v)", v.Name, v.Strides)
+	}
+	return s, nil
+}
+
+// Contiguous fails unless every view is contiguous (the elementwise kernels).
+func Contiguous(vs ...*core.View) error {
+	for _, v := range vs {
+		if err := core.WantContiguous(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// View is the data pointer of an optional view (0 when absent).
+func View(v *core.View) uint64 {
+	if v == nil {
+		return 0
+	}
+	return Ptr(v.Base)
+}
+
+// Backend wraps a launch failure as MC_ERR_BACKEND (validation errors pass
+// through).
+func Backend(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*core.Error); ok {
+		return err
+	}
+	return core.Errorf(core.ErrBackend, "%v", err)
+}

@@ -1,0 +1,66 @@
+// Elementwise activations over n contiguous elements: a grid-stride loop of
+// 16-byte pieces when every pointer is 16-byte aligned, element by element
+// otherwise (and for the last n % N elements).
+
+MC_DEVICE float gelu_f(float x, int tanh_form) {
+    if (tanh_form) return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
+}
+MC_DEVICE float gelu_grad(float dy, float x, int tanh_form) {
+    if (tanh_form) {
+        const float k = 0.7978845608028654f;
+        float t = tanhf(k * (x + 0.044715f * x * x * x));
+        return dy * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x));
+    }
+    float cdf = 0.5f * (1.f + erff(x * 0.7071067811865476f));
+    return dy * (cdf + x * expf(-0.5f * x * x) * 0.3989422804014327f);
+}
+MC_DEVICE float silu_f(float x) { return x / (1.f + expf(-x)); }
+MC_DEVICE float silu_grad(float dy, float x) {
+    float s = 1.f / (1.f + expf(-x));
+    return dy * s * (1.f + x * (1.f - s));
+}
+
+// apply f(a[i], b[i]) -> out[i] for i < n (b may be null)
+template <class D, class F> MC_DEVICE void elementwise(const void* a_, const void* b_, void* out_, mc_i64 n, F f) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    const T* a = (const T*)a_;
+    const T* b = (const T*)b_;
+    T* out = (T*)out_;
+    mc_i64 stride = MC_NBLOCKS * MC_NTHREADS, first = MC_BLOCK * MC_NTHREADS + MC_TID;
+    bool vec = ((unsigned long long)a % 16 | (unsigned long long)out % 16 | (unsigned long long)b % 16) == 0;
+    mc_i64 done = 0;
+    if (vec) {
+        mc_i64 pieces = n / N;
+        for (mc_i64 p = first; p < pieces; p += stride) {
+            float av[N], bv[N], o[N];
+            Vec<D>::load(a + p * N, av);
+            if (b) Vec<D>::load(b + p * N, bv);
+            for (int j = 0; j < N; j++) o[j] = f(av[j], b ? bv[j] : 0.f);
+            Vec<D>::store(out + p * N, o);
+        }
+        done = pieces * N;
+    }
+    for (mc_i64 i = done + first; i < n; i += stride) D::store(out + i, f(D::load(a + i), b ? D::load(b + i) : 0.f));
+}
+
+template <class D> __device__ void gelu_fwd(const void* x, void* y, mc_i64 n, int tanh_form) {
+    elementwise<D>(x, 0, y, n, [&](float v, float) { return gelu_f(v, tanh_form); });
+}
+MC_INSTANTIATE(gelu_fwd, (const void* x, void* y, mc_i64 n, int tanh_form), (x, y, n, tanh_form))
+
+template <class D> __device__ void gelu_bwd(const void* dy, const void* x, void* dx, mc_i64 n, int tanh_form) {
+    elementwise<D>(dy, x, dx, n, [&](float d, float v) { return gelu_grad(d, v, tanh_form); });
+}
+MC_INSTANTIATE(gelu_bwd, (const void* dy, const void* x, void* dx, mc_i64 n, int tanh_form), (dy, x, dx, n, tanh_form))
+
+template <class D> __device__ void silu_fwd(const void* x, void* y, mc_i64 n) {
+    elementwise<D>(x, 0, y, n, [&](float v, float) { return silu_f(v); });
+}
+MC_INSTANTIATE(silu_fwd, (const void* x, void* y, mc_i64 n), (x, y, n))
+
+template <class D> __device__ void silu_bwd(const void* dy, const void* x, void* dx, mc_i64 n) {
+    elementwise<D>(dy, x, dx, n, [&](float d, float v) { return silu_grad(d, v); });
+}
+MC_INSTANTIATE(silu_bwd, (const void* dy, const void* x, void* dx, mc_i64 n), (dy, x, dx, n))

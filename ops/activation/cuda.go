@@ -1,0 +1,31 @@
+package activation
+
+import (
+	_ "embed"
+	"unsafe"
+
+	"metalcore/encoder/cuda"
+	"metalcore/internal/core"
+)
+
+//go:embed activation.cu
+var kernels string
+
+func init() { cuda.Register(kernels) }
+
+// elementwiseCUDA launches an elementwise kernel over contiguous views (the
+// last is the output) with extra trailing arguments.
+func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View, extra ...uint64) error {
+	if err := cuda.Contiguous(vs...); err != nil {
+		return err
+	}
+	out := vs[len(vs)-1]
+	var args []uint64
+	for _, v := range vs {
+		args = append(args, cuda.Ptr(v.Base))
+	}
+	args = append(append(args, cuda.I64(int64(out.N))), extra...)
+	pieces := (out.N + 7) / 8
+	blocks := min((pieces+255)/256, 1<<16)
+	return cuda.Backend(cuda.Launch(int(out.DeviceID), enc, cuda.Kernel(name, out.DType), blocks, 256, args...))
+}

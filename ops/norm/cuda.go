@@ -1,0 +1,95 @@
+package norm
+
+import (
+	_ "embed"
+	"unsafe"
+
+	"metalcore/encoder/cuda"
+	"metalcore/internal/core"
+)
+
+//go:embed norm.cu
+var kernels string
+
+func init() { cuda.Register(kernels) }
+
+// rowStrides are the row strides of views for the GPU row kernels.
+func rowStrides(vs ...*core.View) ([]int64, error) {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		s, err := cuda.RowStride(v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func rmsnormFwdCUDA(x, w, y, rstd *core.View, eps float32, enc unsafe.Pointer) error {
+	st, err := rowStrides(x, y)
+	if err != nil {
+		return err
+	}
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType),
+		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(rstd), cuda.I32(x.Cols), cuda.F32(eps)))
+}
+
+func fusedAddRMSNormFwdCUDA(x, res, w, y, ro, rstd *core.View, eps float32, enc unsafe.Pointer) error {
+	st, err := rowStrides(x, res, y, ro)
+	if err != nil {
+		return err
+	}
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("fused_add_rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType),
+		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.Ptr(res.Base), cuda.I64(st[1]), cuda.View(w), cuda.Ptr(y.Base), cuda.I64(st[2]),
+		cuda.Ptr(ro.Base), cuda.I64(st[3]), cuda.View(rstd), cuda.I32(x.Cols), cuda.F32(eps)))
+}
+
+func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe.Pointer) error {
+	st, err := rowStrides(x, y)
+	if err != nil {
+		return err
+	}
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("layernorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType),
+		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w), cuda.View(b), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(mean), cuda.View(rstd),
+		cuda.I32(x.Cols), cuda.F32(eps)))
+}
+
+// normBwdCUDA runs the backward kernel (rmsnorm_bwd or layernorm_bwd) and,
+// when gradients are requested, sums the partials of the workspace into
+// them. mean is nil for RMSNorm.
+func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.View, enc unsafe.Pointer) error {
+	st, err := rowStrides(b.dy, b.x, b.dx)
+	if err != nil {
+		return err
+	}
+	x, dev := b.x, int(b.x.DeviceID)
+	name, ncol := "rmsnorm_bwd", 1
+	args := []uint64{cuda.Ptr(b.dy.Base), cuda.I64(st[0]), cuda.Ptr(x.Base), cuda.I64(st[1]), cuda.View(b.w)}
+	if mean != nil {
+		name, ncol = "layernorm_bwd", 2
+		args = append(args, cuda.View(mean))
+	}
+	blocks := x.Rows
+	if ws != nil {
+		if blocks, err = partialBlocks(x); err != nil {
+			return err
+		}
+	}
+	args = append(args, cuda.View(rstd), cuda.Ptr(b.dx.Base), cuda.I64(st[2]), cuda.View(ws), cuda.I32(x.Rows), cuda.I32(x.Cols))
+	threads := cuda.RowThreads(x.Cols, x.DType)
+	if err := cuda.Launch(dev, enc, cuda.Kernel(name, x.DType), blocks, threads, args...); err != nil || ws == nil {
+		return cuda.Backend(err)
+	}
+	for i, g := range gs {
+		if g == nil {
+			continue
+		}
+		err := cuda.Launch(dev, enc, cuda.Kernel("column_sum", x.DType), (x.Cols+255)/256, 256,
+			cuda.Ptr(unsafe.Add(ws.Base, i*x.Cols*4)), cuda.I32(blocks), cuda.I64(int64(ncol*x.Cols)), cuda.I32(x.Cols), cuda.Ptr(g.Base))
+		if err != nil {
+			return cuda.Backend(err)
+		}
+	}
+	return nil
+}

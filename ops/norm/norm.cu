@@ -1,0 +1,255 @@
+// Normalization kernels: one block per row (forward), a fixed number of row
+// blocks with per-column partials in the workspace (backward), and a column
+// sum of those partials. Strides are in elements, per row.
+
+template <class D>
+__device__ void rmsnorm_fwd(const void* x_, mc_i64 xs, const void* w_, void* y_, mc_i64 ys, float* rstd, int cols,
+                            float eps) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_SHARED float red[33];
+    mc_i64 r = MC_BLOCK;
+    Row<D, MC_CACHE> x;
+    x.init((const T*)x_ + r * xs, cols);
+    float ss = 0.f;
+    x.load([&](float* v, int) {
+        for (int j = 0; j < N; j++) ss += v[j] * v[j];
+    });
+    float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
+    const T* w = (const T*)w_;
+    T* y = (T*)y_ + r * ys;
+    bool wvec = w && mc_aligned(w, cols, N), yvec = mc_aligned(y, cols, N);
+    x.each([&](float* v, int k) {
+        int s = x.start(k);
+        float o[N], wv[N];
+        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
+        mc_store<D>(y, cols, yvec, s, o);
+    });
+    if (rstd && MC_TID == 0) rstd[r] = inv;
+}
+MC_INSTANTIATE(rmsnorm_fwd,
+               (const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys, float* rstd, int cols, float eps),
+               (x, xs, w, y, ys, rstd, cols, eps))
+
+// residual_out = x + residual rounded to the dtype; y = rmsnorm(residual_out) * w
+template <class D>
+__device__ void fused_add_rmsnorm_fwd(const void* x_, mc_i64 xs, const void* res_, mc_i64 rs, const void* w_, void* y_,
+                                      mc_i64 ys, void* ro_, mc_i64 ros, float* rstd, int cols, float eps) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_SHARED float red[33];
+    mc_i64 r = MC_BLOCK;
+    const T* res = (const T*)res_ + r * rs;
+    T* ro = (T*)ro_ + r * ros;
+    bool resvec = mc_aligned(res, cols, N), rovec = mc_aligned(ro, cols, N);
+    Row<D, MC_CACHE> x;
+    x.init((const T*)x_ + r * xs, cols);
+    float ss = 0.f;
+    x.load([&](float* v, int k) {
+        int s = x.start(k);
+        float rv[N];
+        mc_fetch<D>(res, cols, resvec, s, rv);
+        for (int j = 0; j < N; j++) {
+            v[j] = D::round(v[j] + rv[j]);
+            ss += s + j < cols ? v[j] * v[j] : 0.f;
+        }
+        mc_store<D>(ro, cols, rovec, s, v);
+    });
+    float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
+    x.src = ro; // pieces past the cache re-read the sum this thread wrote
+    x.vec = rovec;
+    const T* w = (const T*)w_;
+    T* y = (T*)y_ + r * ys;
+    bool wvec = w && mc_aligned(w, cols, N), yvec = mc_aligned(y, cols, N);
+    x.each([&](float* v, int k) {
+        int s = x.start(k);
+        float o[N], wv[N];
+        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
+        mc_store<D>(y, cols, yvec, s, o);
+    });
+    if (rstd && MC_TID == 0) rstd[r] = inv;
+}
+MC_INSTANTIATE(fused_add_rmsnorm_fwd,
+               (const void* x, mc_i64 xs, const void* res, mc_i64 rs, const void* w, void* y, mc_i64 ys, void* ro,
+                mc_i64 ros, float* rstd, int cols, float eps),
+               (x, xs, res, rs, w, y, ys, ro, ros, rstd, cols, eps))
+
+template <class D>
+__device__ void layernorm_fwd(const void* x_, mc_i64 xs, const void* w_, const void* b_, void* y_, mc_i64 ys,
+                              float* mean, float* rstd, int cols, float eps) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_SHARED float red[33];
+    mc_i64 r = MC_BLOCK;
+    Row<D, MC_CACHE> x;
+    x.init((const T*)x_ + r * xs, cols);
+    float sum = 0.f;
+    x.load([&](float* v, int) {
+        for (int j = 0; j < N; j++) sum += v[j];
+    });
+    float mu = mc_block_sum(sum, red) / cols, sq = 0.f;
+    x.each([&](float* v, int k) {
+        int s = x.start(k);
+        for (int j = 0; j < N; j++) sq += s + j < cols ? (v[j] - mu) * (v[j] - mu) : 0.f;
+    });
+    float inv = rsqrtf(mc_block_sum(sq, red) / cols + eps);
+    const T* w = (const T*)w_;
+    const T* b = (const T*)b_;
+    T* y = (T*)y_ + r * ys;
+    bool wvec = w && mc_aligned(w, cols, N), bvec = b && mc_aligned(b, cols, N), yvec = mc_aligned(y, cols, N);
+    x.each([&](float* v, int k) {
+        int s = x.start(k);
+        float o[N], wv[N], bv[N];
+        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        if (b) mc_fetch<D>(b, cols, bvec, s, bv);
+        for (int j = 0; j < N; j++) o[j] = (v[j] - mu) * inv * (w ? wv[j] : 1.f) + (b ? bv[j] : 0.f);
+        mc_store<D>(y, cols, yvec, s, o);
+    });
+    if (MC_TID == 0) {
+        if (mean) mean[r] = mu;
+        if (rstd) rstd[r] = inv;
+    }
+}
+MC_INSTANTIATE(layernorm_fwd,
+               (const void* x, mc_i64 xs, const void* w, const void* b, void* y, mc_i64 ys, float* mean, float* rstd,
+                int cols, float eps),
+               (x, xs, w, b, y, ys, mean, rstd, cols, eps))
+
+// Backward: block b takes rows [b*rows/P, (b+1)*rows/P) and, when partial is
+// given, leaves its column sums of the weight (and bias) gradient terms in
+// partial[b*ncol*cols ...] (ncol = 1 for RMSNorm, 2 for LayerNorm). The
+// first BWD_CACHE pieces of dy and x stay in registers and accumulate there;
+// wider rows re-read and add in memory (each thread owns its columns).
+#define BWD_CACHE 4
+template <class D>
+__device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs, const void* w_,
+                         const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial, int rows,
+                         int cols) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_SHARED float red[33];
+    int nb = (int)MC_NBLOCKS;
+    int r0 = (int)(MC_BLOCK * rows / nb), r1 = (int)((MC_BLOCK + 1) * rows / nb);
+    const T* w = (const T*)w_;
+    bool wvec = w && mc_aligned(w, cols, N);
+    float* part = partial ? partial + MC_BLOCK * (layer ? 2 : 1) * cols : 0;
+    float accw[BWD_CACHE][N], accb[BWD_CACHE][N];
+#pragma unroll
+    for (int k = 0; k < BWD_CACHE; k++)
+        for (int j = 0; j < N; j++) accw[k][j] = accb[k][j] = 0.f;
+    int n = (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS);
+    if (part)
+        for (int k = BWD_CACHE; k < n; k++)
+            for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
+                if (s + j < cols) {
+                    part[s + j] = 0.f;
+                    if (layer) part[cols + s + j] = 0.f;
+                }
+    for (int r = r0; r < r1; r++) {
+        const T* dy = (const T*)dy_ + (mc_i64)r * dys;
+        const T* x = (const T*)x_ + (mc_i64)r * xs;
+        T* dx = (T*)dx_ + (mc_i64)r * dxs;
+        bool dyvec = mc_aligned(dy, cols, N), xvec = mc_aligned(x, cols, N), dxvec = mc_aligned(dx, cols, N);
+        float mu = layer ? mean[r] : 0.f, inv = rstd[r];
+        float sg = 0.f, sgx = 0.f;
+        float dc[BWD_CACHE][N], xc[BWD_CACHE][N];
+        // pass 1: sum(g) and sum(g * xhat) (RMSNorm: sum(g * x))
+        auto sums = [&](const float* d, const float* xv, int s) {
+            float wv[N];
+            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+            for (int j = 0; j < N; j++) {
+                float g = d[j] * (w ? wv[j] : 1.f);
+                sg += g;
+                sgx += g * (layer ? (xv[j] - mu) * inv : xv[j]);
+            }
+        };
+#pragma unroll
+        for (int k = 0; k < BWD_CACHE; k++)
+            if (k < n) {
+                int s = mc_piece_start(k, N);
+                mc_fetch<D>(dy, cols, dyvec, s, dc[k]);
+                mc_fetch<D>(x, cols, xvec, s, xc[k]);
+                sums(dc[k], xc[k], s);
+            }
+        for (int k = BWD_CACHE; k < n; k++) {
+            int s = mc_piece_start(k, N);
+            float d[N], xv[N];
+            mc_fetch<D>(dy, cols, dyvec, s, d);
+            mc_fetch<D>(x, cols, xvec, s, xv);
+            sums(d, xv, s);
+        }
+        sg = mc_block_sum(sg, red);
+        sgx = mc_block_sum(sgx, red);
+        float a = layer ? sg / cols : 0.f, c = layer ? sgx / cols : sgx * inv * inv / cols;
+        // pass 2: dx, and the weight/bias terms added to aw/ab
+        auto grads = [&](const float* d, const float* xv, int s, float* aw, float* ab) {
+            float wv[N], o[N];
+            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+            for (int j = 0; j < N; j++) {
+                float xh = layer ? (xv[j] - mu) * inv : xv[j];
+                o[j] = inv * (d[j] * (w ? wv[j] : 1.f) - c * xh - a);
+                aw[j] += d[j] * (layer ? xh : xv[j] * inv);
+                ab[j] += d[j];
+            }
+            mc_store<D>(dx, cols, dxvec, s, o);
+        };
+#pragma unroll
+        for (int k = 0; k < BWD_CACHE; k++)
+            if (k < n) grads(dc[k], xc[k], mc_piece_start(k, N), accw[k], accb[k]);
+        for (int k = BWD_CACHE; k < n; k++) {
+            int s = mc_piece_start(k, N);
+            float d[N], xv[N], aw[N], ab[N];
+            mc_fetch<D>(dy, cols, dyvec, s, d);
+            mc_fetch<D>(x, cols, xvec, s, xv);
+            for (int j = 0; j < N; j++) aw[j] = ab[j] = 0.f;
+            grads(d, xv, s, aw, ab);
+            if (part)
+                for (int j = 0; j < N; j++)
+                    if (s + j < cols) {
+                        part[s + j] += aw[j];
+                        if (layer) part[cols + s + j] += ab[j];
+                    }
+        }
+    }
+    if (!part) return;
+#pragma unroll
+    for (int k = 0; k < BWD_CACHE; k++)
+        for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
+            if (k < n && s + j < cols) {
+                part[s + j] = accw[k][j];
+                if (layer) part[cols + s + j] = accb[k][j];
+            }
+}
+
+template <class D>
+__device__ void rmsnorm_bwd(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* rstd,
+                            void* dx, mc_i64 dxs, float* partial, int rows, int cols) {
+    norm_bwd<D>(false, dy, dys, x, xs, w, 0, rstd, dx, dxs, partial, rows, cols);
+}
+MC_INSTANTIATE(rmsnorm_bwd,
+               (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* rstd, void* dx,
+                mc_i64 dxs, float* partial, int rows, int cols),
+               (dy, dys, x, xs, w, rstd, dx, dxs, partial, rows, cols))
+
+template <class D>
+__device__ void layernorm_bwd(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,
+                              const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols) {
+    norm_bwd<D>(true, dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);
+}
+MC_INSTANTIATE(layernorm_bwd,
+               (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,
+                const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols),
+               (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols))
+
+// out[c] = sum over blocks b of partial[b*stride + c], in block order
+template <class D> __device__ void column_sum(const float* partial, int blocks, mc_i64 stride, int cols, void* out) {
+    int c = (int)(MC_BLOCK * MC_NTHREADS + MC_TID);
+    if (c >= cols) return;
+    float s = 0.f;
+    for (int b = 0; b < blocks; b++) s += partial[b * stride + c];
+    D::store((typename D::T*)out + c, s);
+}
+MC_INSTANTIATE(column_sum, (const float* partial, int blocks, mc_i64 stride, int cols, void* out),
+               (partial, blocks, stride, cols, out))

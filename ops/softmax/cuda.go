@@ -1,0 +1,30 @@
+package softmax
+
+import (
+	_ "embed"
+	"unsafe"
+
+	"metalcore/encoder/cuda"
+	"metalcore/internal/core"
+)
+
+//go:embed softmax.cu
+var kernels string
+
+func init() { cuda.Register(kernels) }
+
+// rowKernel launches a softmax row kernel over views (the first is the row
+// shape), passing each view's pointer and row stride, then the width.
+func rowKernel(name string, enc unsafe.Pointer, vs ...*core.View) error {
+	x := vs[0]
+	var args []uint64
+	for _, v := range vs {
+		s, err := cuda.RowStride(v)
+		if err != nil {
+			return err
+		}
+		args = append(args, cuda.Ptr(v.Base), cuda.I64(s))
+	}
+	args = append(args, cuda.I32(x.Cols))
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel(name, x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType), args...))
+}

@@ -1,0 +1,64 @@
+// Softmax over the last dimension: one block per row.
+
+template <class D> __device__ void softmax_fwd(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int cols) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_SHARED float red[33];
+    mc_i64 r = MC_BLOCK;
+    Row<D, MC_CACHE> x;
+    x.init((const T*)x_ + r * xs, cols);
+    float m = -__int_as_float(0x7f800000);
+    x.load([&](float* v, int k) {
+        int s = x.start(k);
+        for (int j = 0; j < N; j++)
+            if (s + j < cols) m = fmaxf(m, v[j]);
+    });
+    m = mc_block_max(m, red);
+    float sum = 0.f;
+    x.each([&](float* v, int k) {
+        int s = x.start(k);
+        for (int j = 0; j < N; j++) {
+            v[j] = s + j < cols ? expf(v[j] - m) : 0.f; // cached pieces keep the exponentials
+            sum += v[j];
+        }
+    });
+    float inv = 1.f / mc_block_sum(sum, red);
+    T* y = (T*)y_ + r * ys;
+    bool yvec = mc_aligned(y, cols, N);
+    x.each([&](float* v, int k) {
+        float o[N];
+        for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
+        mc_store<D>(y, cols, yvec, x.start(k), o);
+    });
+}
+MC_INSTANTIATE(softmax_fwd, (const void* x, mc_i64 xs, void* y, mc_i64 ys, int cols), (x, xs, y, ys, cols))
+
+// dx = y * (dy - sum(dy * y))
+template <class D>
+__device__ void softmax_bwd(const void* dy_, mc_i64 dys, const void* y_, mc_i64 ys, void* dx_, mc_i64 dxs, int cols) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_SHARED float red[33];
+    mc_i64 r = MC_BLOCK;
+    Row<D, MC_CACHE> y;
+    y.init((const T*)y_ + r * ys, cols);
+    const T* dy = (const T*)dy_ + r * dys;
+    bool dyvec = mc_aligned(dy, cols, N);
+    float dot = 0.f;
+    y.load([&](float* v, int k) {
+        float d[N];
+        mc_fetch<D>(dy, cols, dyvec, y.start(k), d);
+        for (int j = 0; j < N; j++) dot += d[j] * v[j];
+    });
+    dot = mc_block_sum(dot, red);
+    T* dx = (T*)dx_ + r * dxs;
+    bool dxvec = mc_aligned(dx, cols, N);
+    y.each([&](float* v, int k) {
+        float d[N], o[N];
+        mc_fetch<D>(dy, cols, dyvec, y.start(k), d); // dx may be dy: each piece is read before it is written
+        for (int j = 0; j < N; j++) o[j] = v[j] * (d[j] - dot);
+        mc_store<D>(dx, cols, dxvec, y.start(k), o);
+    });
+}
+MC_INSTANTIATE(softmax_bwd, (const void* dy, mc_i64 dys, const void* y, mc_i64 ys, void* dx, mc_i64 dxs, int cols),
+               (dy, dys, y, ys, dx, dxs, cols))
