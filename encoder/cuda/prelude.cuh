@@ -27,9 +27,15 @@ struct BF16 {
     typedef mc_u16 T;
     MC_DEVICE float load(const T* p) { return __uint_as_float(((unsigned)*p) << 16); }
     MC_DEVICE void store(T* p, float v) {
+#if __CUDA_ARCH__ >= 800
+        mc_u16 h;  // the hardware rounds to nearest even and keeps NaN a NaN
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        *p = h;
+#else
         unsigned u = __float_as_uint(v);
         if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (mc_u16)((u >> 16) | 0x40u); return; }
         *p = (mc_u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
     }
     MC_DEVICE float round(float v) { T t; store(&t, v); return load(&t); }
 };
@@ -131,7 +137,7 @@ template <class D> MC_DEVICE void mc_store(typename D::T* q, int cols, bool vec,
         if (s + j < cols) D::store(q + s + j, val[j]);
 }
 
-#define MC_CACHE 8
+#define MC_CACHE 4
 
 // Row<D, C> keeps the first C pieces of a row in registers, so later passes
 // read no memory; wider rows re-read the rest (from source, which a kernel

@@ -10,11 +10,11 @@ var dtypeSuffix = map[core.DType]string{core.F32: "_f32", core.F16: "_f16", core
 // Kernel is the name of kernel family name instantiated for dt.
 func Kernel(name string, dt core.DType) string { return name + dtypeSuffix[dt] }
 
-// RowThreads is the block size of a row kernel: about four 16-byte pieces
-// per thread, in whole warps, 32 to 1024.
-func RowThreads(cols int, dt core.DType) int {
-	perPiece := 16 / dt.Size()
-	t := (cols + 4*perPiece - 1) / (4 * perPiece)
+// RowThreads is the block size of a row kernel giving each thread about
+// `pieces` 16-byte pieces of a row, in whole warps, 32 to 1024.
+func RowThreads(cols int, dt core.DType, pieces int) int {
+	per := pieces * 16 / dt.Size()
+	t := (cols + per - 1) / per
 	return min(max((t+31)/32*32, 32), 1024)
 }
 

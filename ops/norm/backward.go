@@ -14,12 +14,15 @@ import (
 // count.
 const maxPartials = 32
 
-// partialBlocks is the number of row blocks (and partial rows) for x: on the
-// GPU eight per multiprocessor, enough blocks to fill it.
+// partialBlocks is the number of row blocks (and partial rows) for x. On the
+// GPU: enough blocks to fill it (up to eight per multiprocessor), fewer for
+// wide rows so the partials stay small against the tensor (at least two per
+// multiprocessor). Measured on an H100: more blocks or more threads per row
+// were both slower.
 func partialBlocks(x *core.View) (int, error) {
 	if x.DeviceType == core.DeviceCUDA {
 		sms, err := cuda.SMs(int(x.DeviceID))
-		return min(x.Rows, 8*sms), cuda.Backend(err)
+		return min(x.Rows, max(2*sms, min(8*sms, 16*sms*1024/max(x.Cols, 1)))), cuda.Backend(err)
 	}
 	return min(x.Rows, maxPartials), nil
 }

@@ -31,7 +31,7 @@ func rmsnormFwdCUDA(x, w, y, rstd *core.View, eps float32, enc unsafe.Pointer) e
 	if err != nil {
 		return err
 	}
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType),
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4),
 		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(rstd), cuda.I32(x.Cols), cuda.F32(eps)))
 }
 
@@ -40,7 +40,7 @@ func fusedAddRMSNormFwdCUDA(x, res, w, y, ro, rstd *core.View, eps float32, enc 
 	if err != nil {
 		return err
 	}
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("fused_add_rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType),
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("fused_add_rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4),
 		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.Ptr(res.Base), cuda.I64(st[1]), cuda.View(w), cuda.Ptr(y.Base), cuda.I64(st[2]),
 		cuda.Ptr(ro.Base), cuda.I64(st[3]), cuda.View(rstd), cuda.I32(x.Cols), cuda.F32(eps)))
 }
@@ -50,7 +50,7 @@ func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe
 	if err != nil {
 		return err
 	}
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("layernorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType),
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("layernorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4),
 		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w), cuda.View(b), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(mean), cuda.View(rstd),
 		cuda.I32(x.Cols), cuda.F32(eps)))
 }
@@ -77,7 +77,7 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 		}
 	}
 	args = append(args, cuda.View(rstd), cuda.Ptr(b.dx.Base), cuda.I64(st[2]), cuda.View(ws), cuda.I32(x.Rows), cuda.I32(x.Cols))
-	threads := cuda.RowThreads(x.Cols, x.DType)
+	threads := cuda.RowThreads(x.Cols, x.DType, 4)
 	if err := cuda.Launch(dev, enc, cuda.Kernel(name, x.DType), blocks, threads, args...); err != nil || ws == nil {
 		return cuda.Backend(err)
 	}
@@ -85,7 +85,7 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 		if g == nil {
 			continue
 		}
-		err := cuda.Launch(dev, enc, cuda.Kernel("column_sum", x.DType), (x.Cols+255)/256, 256,
+		err := cuda.Launch(dev, enc, cuda.Kernel("column_sum", x.DType), (x.Cols+31)/32, 256,
 			cuda.Ptr(unsafe.Add(ws.Base, i*x.Cols*4)), cuda.I32(blocks), cuda.I64(int64(ncol*x.Cols)), cuda.I32(x.Cols), cuda.Ptr(g.Base))
 		if err != nil {
 			return cuda.Backend(err)

@@ -243,13 +243,23 @@ MC_INSTANTIATE(layernorm_bwd,
                 const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols),
                (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols))
 
-// out[c] = sum over blocks b of partial[b*stride + c], in block order
+// out[c] = sum over blocks b of partial[b*stride + c]. A block of 256
+// threads takes 32 columns: 8 groups each sum every 8th partial row, then
+// the groups' sums add in group order, so the result does not depend on
+// timing (deterministic).
 template <class D> __device__ void column_sum(const float* partial, int blocks, mc_i64 stride, int cols, void* out) {
-    int c = (int)(MC_BLOCK * MC_NTHREADS + MC_TID);
-    if (c >= cols) return;
+    MC_SHARED float part[8][33];
+    int lane = MC_TID & 31, group = MC_TID >> 5;
+    int c = (int)(MC_BLOCK * 32 + lane);
     float s = 0.f;
-    for (int b = 0; b < blocks; b++) s += partial[b * stride + c];
-    D::store((typename D::T*)out + c, s);
+    if (c < cols)
+        for (int b = group; b < blocks; b += 8) s += partial[b * stride + c];
+    part[group][lane] = s;
+    MC_BARRIER();
+    if (group == 0 && c < cols) {
+        for (int g = 1; g < 8; g++) s += part[g][lane];
+        D::store((typename D::T*)out + c, s);
+    }
 }
 MC_INSTANTIATE(column_sum, (const float* partial, int blocks, mc_i64 stride, int cols, void* out),
                (partial, blocks, stride, cols, out))

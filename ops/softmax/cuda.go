@@ -26,5 +26,5 @@ func rowKernel(name string, enc unsafe.Pointer, vs ...*core.View) error {
 		args = append(args, cuda.Ptr(v.Base), cuda.I64(s))
 	}
 	args = append(args, cuda.I32(x.Cols))
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel(name, x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType), args...))
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel(name, x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4), args...))
 }

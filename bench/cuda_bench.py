@@ -1,0 +1,131 @@
+"""CUDA benchmark: metalcore's ops against PyTorch's own and against a
+device-to-device copy of the same bytes (float32 elements), in one run.
+GB/s counts bytes read plus written; times are medians of CUDA-event timings.
+Run from the repository root on a GPU machine: python3 bench/cuda_bench.py [out.md]"""
+import ctypes
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+sys.path.insert(0, "tests/gpu")
+from mc import LIB, check, desc, stream, workspace  # noqa: E402
+
+dev = "cuda"
+SHAPES = [(16384, 4096), (4096, 8192), (65536, 1024)]
+
+
+def t_ms(fn):
+    return do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def copy_ms(nbytes):
+    src = torch.empty(nbytes // 4, device=dev)
+    dst = torch.empty_like(src)
+    return t_ms(lambda: dst.copy_(src))
+
+
+def cases(dtype, rows, cols):
+    x = torch.randn(rows, cols, device=dev, dtype=dtype)
+    res = torch.randn_like(x)
+    dy = torch.randn_like(x)
+    w = torch.randn(cols, device=dev, dtype=dtype)
+    b = torch.randn(cols, device=dev, dtype=dtype)
+    y, ro, dx = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+    dw, db = torch.empty_like(w), torch.empty_like(b)
+    rstd, mean = torch.empty(rows, device=dev), torch.empty(rows, device=dev)
+    s = stream()
+    D = lambda t: desc(t)  # noqa: E731
+    dx_, x_, y_, dy_, w_, b_, res_, ro_ = D(dx), D(x), D(y), D(dy), D(w), D(b), D(res), D(ro)
+    r_, m_, dw_, db_ = D(rstd), D(mean), D(dw), D(db)
+    eps = ctypes.c_float(1e-5)
+    wsr, wsl = workspace("rmsnorm", x), workspace("layernorm", x)
+    wsr_, wsl_ = D(wsr), D(wsl)
+    check("rmsnorm_fwd", x, w, 1e-5, y, rstd, s)
+    check("layernorm_fwd", x, w, b, 1e-5, y, mean, rstd, s)
+    sm = torch.softmax(x, -1)
+    sm_ = D(sm)
+    xr, wr, br = x.detach().requires_grad_(), w.detach().requires_grad_(), b.detach().requires_grad_()
+    rms_out = F.rms_norm(xr, (cols,), wr, 1e-5)
+    ln_out = F.layer_norm(xr, (cols,), wr, br, 1e-5)
+    gelu_out, silu_out = F.gelu(xr), F.silu(xr)
+    L = LIB
+    # name, tensors moved, metalcore, torch
+    return [
+        ("rmsnorm fwd", 2, lambda: L.mc_rmsnorm_fwd(x_, w_, eps, y_, r_, s), lambda: F.rms_norm(x, (cols,), w, 1e-5)),
+        ("fused add+rmsnorm fwd", 4, lambda: L.mc_fused_add_rmsnorm_fwd(x_, res_, w_, eps, y_, ro_, r_, s),
+         lambda: F.rms_norm(x + res, (cols,), w, 1e-5)),
+        ("layernorm fwd", 2, lambda: L.mc_layernorm_fwd(x_, w_, b_, eps, y_, m_, r_, s),
+         lambda: F.layer_norm(x, (cols,), w, b, 1e-5)),
+        ("softmax fwd", 2, lambda: L.mc_softmax_fwd(x_, y_, s), lambda: torch.softmax(x, -1)),
+        ("gelu fwd", 2, lambda: L.mc_gelu_fwd(x_, 0, y_, s), lambda: F.gelu(x)),
+        ("silu fwd", 2, lambda: L.mc_silu_fwd(x_, y_, s), lambda: F.silu(x)),
+        ("rmsnorm bwd", 3, lambda: L.mc_rmsnorm_bwd(dy_, x_, w_, r_, dx_, dw_, wsr_, s),
+         lambda: torch.autograd.grad(rms_out, (xr, wr), dy, retain_graph=True)),
+        ("layernorm bwd", 3, lambda: L.mc_layernorm_bwd(dy_, x_, w_, m_, r_, dx_, dw_, db_, wsl_, s),
+         lambda: torch.autograd.grad(ln_out, (xr, wr, br), dy, retain_graph=True)),
+        ("softmax bwd", 3, lambda: L.mc_softmax_bwd(dy_, sm_, dx_, s),
+         lambda: torch.ops.aten._softmax_backward_data(dy, sm, -1, dtype)),
+        ("gelu bwd", 3, lambda: L.mc_gelu_bwd(dy_, x_, 0, dx_, s), lambda: torch.ops.aten.gelu_backward(dy, x)),
+        ("silu bwd", 3, lambda: L.mc_silu_bwd(dy_, x_, dx_, s), lambda: torch.ops.aten.silu_backward(dy, x)),
+    ]
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else None
+    lines = []
+
+    def emit(s):
+        print(s, flush=True)
+        lines.append(s)
+
+    check("cuda_prepare", 0)
+    emit("# CUDA backend benchmark")
+    emit("")
+    emit(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}. GB/s counts bytes read plus written; "
+         "`copy` is a device-to-device copy of a float32 buffer of the same bytes, timed in the same run; "
+         "medians of CUDA-event timings (triton `do_bench`). torch bwd for the norms is autograd's backward "
+         "(weight gradient included).")
+    emit("")
+    emit("| op | dtype | shape | metalcore ms | GB/s | % of copy | torch ms | vs torch |")
+    emit("|---|---|---|---:|---:|---:|---:|---:|")
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows, cols in SHAPES:
+            size = rows * cols * torch.tensor([], dtype=dtype).element_size()
+            copy = {}
+            for name, tensors, mc, ref in cases(dtype, rows, cols):
+                nbytes = tensors * size
+                if tensors not in copy:
+                    copy[tensors] = copy_ms(nbytes // 2)
+                t_mc, t_ref = t_ms(mc), t_ms(ref)
+                gbs = nbytes / t_mc / 1e6
+                emit(f"| {name} | {str(dtype)[6:]} | {rows}×{cols} | {t_mc:.3f} | {gbs:.0f} | "
+                     f"{100 * copy[tensors] / t_mc:.0f}% | {t_ref:.3f} | {t_ref / t_mc:.2f}× |")
+    # host time per call on a tiny tensor
+    x = torch.randn(4, 64, device=dev)
+    y = torch.empty_like(x)
+    xd, yd, s = desc(x), desc(y), stream()
+    for _ in range(1000):
+        LIB.mc_silu_fwd(xd, yd, s)
+    torch.cuda.synchronize()
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        LIB.mc_silu_fwd(xd, yd, s)
+    per = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        LIB.mc_version()
+    ctypes_us = (time.perf_counter() - t0) / n * 1e6
+    emit("")
+    emit(f"Host time per call, silu on a 4×64 tensor: {per:.2f} µs through ctypes, of which ctypes itself "
+         f"(a call of mc_version) {ctypes_us:.2f} µs: about {per - ctypes_us:.2f} µs in metalcore and the driver.")
+    if out:
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+main()
