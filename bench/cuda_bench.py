@@ -73,6 +73,26 @@ def cases(dtype, rows, cols):
     ]
 
 
+def call_overhead():
+    """µs per mc_silu_fwd call on a tiny tensor, and per ctypes call alone."""
+    x = torch.randn(4, 64, device=dev)
+    y = torch.empty_like(x)
+    xd, yd, s = desc(x), desc(y), stream()
+    for _ in range(1000):
+        LIB.mc_silu_fwd(xd, yd, s)
+    torch.cuda.synchronize()
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        LIB.mc_silu_fwd(xd, yd, s)
+    per = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        LIB.mc_version()
+    return per, (time.perf_counter() - t0) / n * 1e6
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else None
     lines = []
@@ -103,23 +123,7 @@ def main():
                 gbs = nbytes / t_mc / 1e6
                 emit(f"| {name} | {str(dtype)[6:]} | {rows}×{cols} | {t_mc:.3f} | {gbs:.0f} | "
                      f"{100 * copy[tensors] / t_mc:.0f}% | {t_ref:.3f} | {t_ref / t_mc:.2f}× |")
-    # host time per call on a tiny tensor
-    x = torch.randn(4, 64, device=dev)
-    y = torch.empty_like(x)
-    xd, yd, s = desc(x), desc(y), stream()
-    for _ in range(1000):
-        LIB.mc_silu_fwd(xd, yd, s)
-    torch.cuda.synchronize()
-    n = 20000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        LIB.mc_silu_fwd(xd, yd, s)
-    per = (time.perf_counter() - t0) / n * 1e6
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        LIB.mc_version()
-    ctypes_us = (time.perf_counter() - t0) / n * 1e6
+    per, ctypes_us = call_overhead()
     emit("")
     emit(f"Host time per call, silu on a 4×64 tensor: {per:.2f} µs through ctypes, of which ctypes itself "
          f"(a call of mc_version) {ctypes_us:.2f} µs: about {per - ctypes_us:.2f} µs in metalcore and the driver.")

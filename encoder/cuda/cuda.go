@@ -21,6 +21,7 @@ var prelude string
 var (
 	openOnce sync.Once
 	openErr  error
+	nDevices int
 
 	mu      sync.Mutex
 	sources []string
@@ -51,7 +52,9 @@ func Available() error {
 		if driver == "" {
 			driver = "libcuda.so.1"
 		}
-		openErr = open(driver, os.Getenv("MC_NVRTC"))
+		if openErr = open(driver, os.Getenv("MC_NVRTC")); openErr == nil {
+			nDevices, openErr = deviceCount()
+		}
 	})
 	return openErr
 }
@@ -61,23 +64,20 @@ func Devices() (int, error) {
 	if err := Available(); err != nil {
 		return 0, err
 	}
-	return deviceCount()
+	return nDevices, nil
 }
 
 func getDevice(dev int) (*device, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
-	n, err := deviceCount()
-	if err != nil {
-		return nil, err
-	}
-	if dev < 0 || dev >= n {
-		return nil, fmt.Errorf("CUDA device %d does not exist (%d devices)", dev, n)
+	if dev < 0 || dev >= nDevices {
+		return nil, fmt.Errorf("CUDA device %d does not exist (%d devices)", dev, nDevices)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	d := devices[dev]
+	var err error
 	if d == nil {
 		d = &device{}
 		if d.sms, err = smCount(dev); err != nil {
@@ -149,7 +149,9 @@ func SMs(dev int) (int, error) {
 	return d.sms, nil
 }
 
-// CheckPointer fails unless p is memory of CUDA device dev.
+// CheckPointer fails unless p is memory of CUDA device dev. It is one
+// driver query per tensor; measured, it is not what a call's host time is
+// spent on.
 func CheckPointer(p unsafe.Pointer, dev int) error {
 	ord, err := pointerDevice(p)
 	if err != nil {

@@ -152,6 +152,7 @@ static CUresult mc_enter(int dev, CUcontext primary, int* pushed) {
     *pushed = 0;
     CUresult r = p_cuCtxGetCurrent(&cur);
     if (r) return r;
+    if (cur == primary) return 0;  // the usual case under PyTorch: no query needed
     if (cur) {
         CUdevice d;
         if ((r = p_cuCtxGetDevice(&d))) return r;

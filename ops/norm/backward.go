@@ -17,8 +17,8 @@ const maxPartials = 32
 // partialBlocks is the number of row blocks (and partial rows) for x. On the
 // GPU: enough blocks to fill it (up to eight per multiprocessor), fewer for
 // wide rows so the partials stay small against the tensor (at least two per
-// multiprocessor). Measured on an H100: more blocks or more threads per row
-// were both slower.
+// multiprocessor). Measured on an H100: more blocks, or more threads per
+// row, were slower.
 func partialBlocks(x *core.View) (int, error) {
 	if x.DeviceType == core.DeviceCUDA {
 		sms, err := cuda.SMs(int(x.DeviceID))
