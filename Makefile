@@ -11,7 +11,7 @@ SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 ARM64_PKGS  := encoder/cpu ops/norm ops/softmax ops/activation ops
 
-.PHONY: all demo test test-go test-race test-portable test-c test-header test-arm64 bench fuzz clean
+.PHONY: all demo test test-go test-race test-portable test-c test-header test-arm64 bench fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -67,6 +67,13 @@ test-arm64:
 
 bench: $(LIB)
 	$(GO) run ./bench/cpu -out bench/cpu.md
+
+# What a GPU machine without Go needs to run tests/gpu/run.sh and
+# bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.
+GPU_PKGS := ops/norm ops/softmax ops/activation
+gpu-binaries: $(LIB) build/abi_test
+	@mkdir -p build/gpu
+	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzValidation -fuzztime 60s ./ops/

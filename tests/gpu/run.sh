@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs the GPU checks on a machine with an NVIDIA GPU, from binaries built
+# elsewhere by `make gpu-binaries` (the GPU machine needs no Go): the
+# conformance suite's CUDA runs, the C ABI test, and the checks against
+# PyTorch (tests/gpu/cuda_test.py). Run from the repository root.
+set -euo pipefail
+status=0
+for t in build/gpu/*.test; do
+	echo "== $t"
+	"$t" -test.run '/cuda' -test.count=1 || status=1
+done
+./build/abi_test build/libmetalcore.so || status=1
+(cd tests/gpu && METALCORE_LIBRARY=../../build/libmetalcore.so python3 cuda_test.py) || status=1
+exit $status
