@@ -458,3 +458,10 @@ func Status(t testing.TB, err error) core.Status {
 	}
 	return core.StatusOf(err)
 }
+
+// OnCUDAForBench runs f with New making CUDA tensors (benchmarks).
+func OnCUDAForBench(f func()) {
+	onCUDA = true
+	defer func() { onCUDA = false }()
+	f()
+}

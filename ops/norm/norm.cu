@@ -2,6 +2,22 @@
 // blocks with per-column partials in the workspace (backward), and a column
 // sum of those partials. Strides are in elements, per row.
 
+// The second pass of both RMSNorm forwards: y = x * inv * w (w optional)
+// over the row x holds.
+template <class D, int C>
+MC_DEVICE void rms_write(Row<D, C>& x, float inv, const typename D::T* w, typename D::T* y) {
+    enum { N = Vec<D>::N };
+    int cols = x.cols;
+    bool wvec = w && mc_aligned(w, cols, N), yvec = mc_aligned(y, cols, N);
+    x.each([&](float* v, int k) {
+        int s = x.start(k);
+        float o[N], wv[N];
+        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
+        mc_store<D>(y, cols, yvec, s, o);
+    });
+}
+
 template <class D>
 __device__ void rmsnorm_fwd(const void* x_, mc_i64 xs, const void* w_, void* y_, mc_i64 ys, float* rstd, int cols,
                             float eps) {
@@ -16,16 +32,7 @@ __device__ void rmsnorm_fwd(const void* x_, mc_i64 xs, const void* w_, void* y_,
         for (int j = 0; j < N; j++) ss += v[j] * v[j];
     });
     float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
-    const T* w = (const T*)w_;
-    T* y = (T*)y_ + r * ys;
-    bool wvec = w && mc_aligned(w, cols, N), yvec = mc_aligned(y, cols, N);
-    x.each([&](float* v, int k) {
-        int s = x.start(k);
-        float o[N], wv[N];
-        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
-        for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
-        mc_store<D>(y, cols, yvec, s, o);
-    });
+    rms_write<D>(x, inv, (const T*)w_, (T*)y_ + r * ys);
     if (rstd && MC_TID == 0) rstd[r] = inv;
 }
 MC_INSTANTIATE(rmsnorm_fwd,
@@ -59,16 +66,7 @@ __device__ void fused_add_rmsnorm_fwd(const void* x_, mc_i64 xs, const void* res
     float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
     x.src = ro; // pieces past the cache re-read the sum this thread wrote
     x.vec = rovec;
-    const T* w = (const T*)w_;
-    T* y = (T*)y_ + r * ys;
-    bool wvec = w && mc_aligned(w, cols, N), yvec = mc_aligned(y, cols, N);
-    x.each([&](float* v, int k) {
-        int s = x.start(k);
-        float o[N], wv[N];
-        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
-        for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
-        mc_store<D>(y, cols, yvec, s, o);
-    });
+    rms_write<D>(x, inv, (const T*)w_, (T*)y_ + r * ys);
     if (rstd && MC_TID == 0) rstd[r] = inv;
 }
 MC_INSTANTIATE(fused_add_rmsnorm_fwd,

@@ -1,0 +1,27 @@
+package activation
+
+import (
+	"testing"
+
+	"metalcore/encoder/cuda"
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+)
+
+// BenchmarkCallCUDA is the host cost of one launch on a tiny tensor (the
+// legacy default stream); it needs a GPU.
+func BenchmarkCallCUDA(b *testing.B) {
+	if n, err := cuda.Devices(); err != nil || n == 0 {
+		b.Skipf("no CUDA device: %v", err)
+	}
+	tu.OnCUDAForBench(func() {
+		x, y := tu.New(core.F32, []int64{4, 64}), tu.New(core.F32, []int64{4, 64})
+		if err := SiluFwd(x.Ptr(), y.Ptr(), nil); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			_ = SiluFwd(x.Ptr(), y.Ptr(), nil)
+		}
+	})
+}
