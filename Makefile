@@ -11,7 +11,7 @@ SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 ARM64_PKGS  := encoder/cpu ops/norm ops/softmax ops/activation ops
 
-.PHONY: all demo test test-go test-race test-portable test-c test-header test-arm64 bench fuzz gpu-binaries clean
+.PHONY: test-python all demo test test-go test-race test-portable test-c test-header test-arm64 bench fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -25,7 +25,9 @@ build/demo: examples/demo.c include/metalcore.h
 demo: $(LIB) build/demo
 	./build/demo $(LIB)
 
-test: test-go test-portable test-race test-header test-c test-arm64
+PYTHON ?= /usr/bin/python3
+
+test: test-go test-portable test-race test-header test-c test-arm64 test-python
 	@echo "make test: all passed"
 
 test-go:
@@ -54,6 +56,10 @@ build/abi_test: tests/c/abi_test.c include/metalcore.h
 test-c: $(LIB) build/abi_test
 	./build/abi_test $(LIB)
 	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 ./build/abi_test $(LIB)
+
+# the Python shim against the PyTorch this machine has (Debian's python3-torch)
+test-python: $(LIB)
+	$(PYTHON) -m pytest -q overrides/python/tests
 
 # arm64: the pure-Go packages cross-compiled and run under qemu-user-static.
 test-arm64:

@@ -1,0 +1,213 @@
+"""metalcore's ops as autograd-aware torch functions."""
+import ctypes
+
+import torch
+
+from ._lib import available, call, check, describe, encoder, lib
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def supported(*tensors):
+    """Whether metalcore computes exactly this call: the first tensor
+    float32/float16/bfloat16, at least 1-D, on a device with a backend; every
+    tensor (None skipped) of its dtype and device, and contiguous."""
+    first = tensors[0]
+    if not (isinstance(first, torch.Tensor) and first.dtype in _FLOATS and first.dim() >= 1 and
+            first.is_contiguous() and available(first.device.type)):
+        return False
+    for t in tensors[1:]:
+        if t is not None and not (isinstance(t, torch.Tensor) and t.dtype == first.dtype and
+                                  t.device == first.device and t.is_contiguous()):
+            return False
+    return True
+
+
+def _workspace(kind, x):
+    n = ctypes.c_int64()
+    call(kind + "_bwd_workspace_size", x, ctypes.byref(n))
+    return torch.empty(n.value, dtype=torch.uint8, device=x.device)
+
+
+def _grad_out(dy):
+    return dy.contiguous()
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y = torch.empty_like(x)
+        rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        call("rmsnorm_fwd", x, weight, eps, y, rstd, encoder(x))
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        dy = _grad_out(dy)
+        dx = torch.empty_like(x)
+        want_dw = weight is not None and ctx.needs_input_grad[1]
+        dw = torch.empty_like(weight) if want_dw else None
+        ws = _workspace("rmsnorm", x) if want_dw else None
+        call("rmsnorm_bwd", dy, x, weight, rstd, dx, dw, ws, encoder(x))
+        return dx, dw, None
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y = torch.empty_like(x)
+        mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        rstd = torch.empty_like(mean)
+        call("layernorm_fwd", x, weight, bias, eps, y, mean, rstd, encoder(x))
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        dy = _grad_out(dy)
+        dx = torch.empty_like(x)
+        want_dw = weight is not None and ctx.needs_input_grad[1]
+        want_db = ctx.has_bias and ctx.needs_input_grad[2]
+        dw = torch.empty_like(weight) if want_dw else None
+        db = torch.empty(x.shape[-1], dtype=x.dtype, device=x.device) if want_db else None
+        ws = _workspace("layernorm", x) if (want_dw or want_db) else None
+        call("layernorm_bwd", dy, x, weight, mean, rstd, dx, dw, db, ws, encoder(x))
+        return dx, dw, db, None
+
+
+class _Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        check(lib.mc_softmax_fwd(describe(x), describe(y), encoder(x)))  # direct: small calls are common
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        dx = torch.empty_like(y)
+        call("softmax_bwd", _grad_out(dy), y, dx, encoder(y))
+        return dx
+
+
+class _Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, tanh_form):
+        y = torch.empty_like(x)
+        check(lib.mc_gelu_fwd(describe(x), ctypes.c_int32(int(tanh_form)), describe(y), encoder(x)))
+        ctx.save_for_backward(x)
+        ctx.tanh_form = int(tanh_form)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        call("gelu_bwd", _grad_out(dy), x, ctx.tanh_form, dx, encoder(x))
+        return dx, None
+
+
+class _Silu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        check(lib.mc_silu_fwd(describe(x), describe(y), encoder(x)))
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        call("silu_bwd", _grad_out(dy), x, dx, encoder(x))
+        return dx
+
+
+def _apply(fn, x, *args):
+    """fn.apply, or straight to the forward when no gradient is wanted:
+    autograd's bookkeeping is most of a small call's cost."""
+    if x.requires_grad and torch.is_grad_enabled():
+        return fn.apply(x, *args)
+    return fn.forward(_NO_CTX, x, *args)
+
+
+class _NoCtx:
+    """Stands in for autograd's ctx when nothing is saved for backward."""
+    def save_for_backward(self, *tensors):
+        pass
+
+
+_NO_CTX = _NoCtx()
+
+
+def _need(ok, what):
+    if not ok:
+        raise ValueError(f"metalcore.{what}: unsupported input (dtype, device or layout); "
+                         "the PyTorch overrides fall back to PyTorch for such inputs")
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    """x / sqrt(mean(x^2, -1) + eps) * weight, differentiable."""
+    _need(supported(x, weight), "rms_norm")
+    return rms_norm_unchecked(x, weight, eps)
+
+
+# The *_unchecked forms are for callers that already know supported() holds
+# (the overrides): they skip the second check.
+
+def rms_norm_unchecked(x, weight, eps):
+    return _RMSNorm.apply(x, weight, float(eps))
+
+
+def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
+    """Returns (rms_norm(x + residual) * weight, x + residual) in one pass
+    (inference: not differentiable)."""
+    _need(supported(x, residual, weight), "fused_add_rms_norm")
+    y, out = torch.empty_like(x), torch.empty_like(residual)
+    call("fused_add_rmsnorm_fwd", x, residual, weight, float(eps), y, out, None, encoder(x))
+    return y, out
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5):
+    """LayerNorm over the last dimension, differentiable."""
+    _need(supported(x, weight, bias), "layer_norm")
+    return layer_norm_unchecked(x, weight, bias, eps)
+
+
+def layer_norm_unchecked(x, weight, bias, eps):
+    return _LayerNorm.apply(x, weight, bias, float(eps))
+
+
+def softmax(x, dim=-1):
+    """Softmax over the last dimension, differentiable."""
+    _need(supported(x) and dim in (-1, x.dim() - 1), "softmax")
+    return softmax_unchecked(x)
+
+
+def softmax_unchecked(x):
+    return _apply(_Softmax, x)
+
+
+def gelu(x, approximate="none"):
+    """GELU ('none': erf, 'tanh'), differentiable."""
+    _need(supported(x) and approximate in ("none", "tanh"), "gelu")
+    return gelu_unchecked(x, approximate)
+
+
+def gelu_unchecked(x, approximate):
+    return _apply(_Gelu, x, approximate == "tanh")
+
+
+def silu(x):
+    """SiLU, differentiable."""
+    _need(supported(x), "silu")
+    return silu_unchecked(x)
+
+
+def silu_unchecked(x):
+    return _apply(_Silu, x)

@@ -1,0 +1,27 @@
+import pathlib
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import metalcore  # noqa: E402
+
+DEVICES = metalcore.backends()
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3}
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def device(request):
+    if request.param not in DEVICES:
+        pytest.skip(f"no metalcore {request.param} backend on this machine")
+    return request.param
+
+
+def close(got, want, dtype, what=""):
+    """Relative error in norm, with a floor of 1e-3 per element of magnitude:
+    results that cancel to about zero (one-column norms) are compared
+    against the size of their terms, not against zero."""
+    floor = 1e-3 * want.numel() ** 0.5
+    err = ((got.double() - want.double()).norm() / want.double().norm().clamp_min(floor)).item()
+    assert err < TOL[dtype], f"{what}: relative error {err:.2e}"

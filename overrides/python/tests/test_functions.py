@@ -1,0 +1,109 @@
+"""metalcore's functions against PyTorch's own, forward and backward."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import metalcore
+from conftest import close
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+SHAPES = [(1, 1), (3, 7), (5, 33), (2, 3, 130), (4, 1030)]
+
+
+def ref_rms(x, w, eps):
+    xf = x.double()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return y * w.double() if w is not None else y
+
+
+def leaves(device, dtype, shape, *scales):
+    return [(torch.randn(*shape, dtype=torch.float64) * s).to(device, dtype).requires_grad_() for s in scales]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm(device, dtype, shape):
+    x, = leaves(device, dtype, shape, 2)
+    w, = leaves(device, dtype, shape[-1:], 1)
+    dy = torch.randn(*shape, device=device, dtype=dtype)
+    y = metalcore.rms_norm(x, w, 1e-6)
+    close(y, ref_rms(x.detach(), w.detach(), 1e-6), dtype, "y")
+    if shape[-1] == 1:
+        return  # dx cancels to ~0 there; the Go suite checks it against the terms' scale
+    gx, gw = torch.autograd.grad(y, (x, w), dy)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rx, rw = torch.autograd.grad(ref_rms(xd, wd, 1e-6), (xd, wd), dy.double())
+    close(gx, rx, dtype, "dx")
+    close(gw, rw, dtype, "dweight")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm(device, dtype):
+    x, r = (torch.randn(6, 100, device=device, dtype=dtype) for _ in range(2))
+    w = torch.randn(100, device=device, dtype=dtype)
+    y, out = metalcore.fused_add_rms_norm(x, r, w, 1e-6)
+    s = x + r
+    assert torch.equal(out, s)
+    close(y, ref_rms(s, w, 1e-6), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm(device, dtype, shape):
+    x, = leaves(device, dtype, shape, 2)
+    w, b = leaves(device, dtype, shape[-1:], 1, 1)
+    dy = torch.randn(*shape, device=device, dtype=dtype)
+    y = metalcore.layer_norm(x, w, b, 1e-5)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = F.layer_norm(xd, shape[-1:], wd, bd, 1e-5)
+    close(y, ref, dtype, "y")
+    if shape[-1] == 1:
+        return  # as in test_rms_norm
+    got = torch.autograd.grad(y, (x, w, b), dy)
+    want = torch.autograd.grad(ref, (xd, wd, bd), dy.double())
+    for g, r, what in zip(got, want, ("dx", "dweight", "dbias")):
+        close(g, r, dtype, what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("op", ["softmax", "gelu", "gelu_tanh", "silu"])
+def test_pointwise_and_softmax(device, dtype, shape, op):
+    x, = leaves(device, dtype, shape, 3)
+    dy = torch.randn(*shape, device=device, dtype=dtype)
+    ours = {"softmax": lambda t: metalcore.softmax(t, -1), "gelu": metalcore.gelu,
+            "gelu_tanh": lambda t: metalcore.gelu(t, "tanh"), "silu": metalcore.silu}[op]
+    theirs = {"softmax": lambda t: torch.softmax(t, -1), "gelu": F.gelu,
+              "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu}[op]
+    y = ours(x)
+    xd = x.detach().double().requires_grad_()
+    ref = theirs(xd)
+    close(y, ref, dtype, "y")
+    close(torch.autograd.grad(y, x, dy)[0], torch.autograd.grad(ref, xd, dy.double())[0], dtype, "dx")
+
+
+def test_module(device):
+    m = metalcore.nn.RMSNorm(64, device=device)
+    x = torch.randn(3, 64, device=device)
+    close(m(x), ref_rms(x, m.weight.detach(), 1e-6), torch.float32)
+    m(x.double()).sum().backward()  # float64: PyTorch's arithmetic
+    assert m.weight.grad is not None
+
+
+def test_unsupported_input_is_refused():
+    with pytest.raises(ValueError, match="unsupported"):
+        metalcore.silu(torch.randn(4, 4, dtype=torch.float64))
+    with pytest.raises(ValueError):
+        metalcore.softmax(torch.randn(4, 4), dim=0)
+
+
+def test_library_errors_surface():
+    x = torch.randn(4, 8)
+    with pytest.raises(metalcore.MetalcoreError, match="weight"):
+        metalcore.rms_norm(x, torch.randn(7))
+
+
+def test_backends_lists_cpu():
+    assert "cpu" in metalcore.backends()
+    if not torch.cuda.is_available():
+        assert metalcore.backends() == ["cpu"]

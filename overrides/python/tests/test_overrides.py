@@ -1,0 +1,128 @@
+"""Patching torch.nn.functional: identity, fallbacks, and a model trained with
+and without the overrides."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import metalcore
+
+ORIGINALS = {name: getattr(F, name) for name in ("layer_norm", "softmax", "gelu", "silu")}
+
+
+@pytest.fixture(autouse=True)
+def restore():
+    yield
+    metalcore.disable_pytorch_overrides()
+    for name, fn in ORIGINALS.items():
+        assert getattr(F, name) is fn
+
+
+def test_enable_disable_identity():
+    metalcore.enable_pytorch_overrides()
+    metalcore.enable_pytorch_overrides()  # idempotent
+    assert F.gelu is not ORIGINALS["gelu"]
+    metalcore.disable_pytorch_overrides()
+    metalcore.disable_pytorch_overrides()
+    for name, fn in ORIGINALS.items():
+        assert getattr(F, name) is fn
+
+
+def test_context_manager_and_op_selection():
+    with metalcore.pytorch_overrides(ops=["silu"]):
+        assert F.silu is not ORIGINALS["silu"]
+        assert F.gelu is ORIGINALS["gelu"]
+    assert F.silu is ORIGINALS["silu"]
+
+
+class Spy:
+    """Wraps an original to count calls that reach it."""
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *a, **k):
+        self.calls += 1
+        return self.fn(*a, **k)
+
+
+@pytest.mark.parametrize("name,call", [
+    ("silu", lambda: F.silu(torch.randn(4, 4, dtype=torch.float64))),          # dtype
+    ("silu", lambda: F.silu(torch.randn(4, 4), inplace=True)),                  # in place
+    ("silu", lambda: F.silu(torch.randn(8, 4).t())),                            # non-contiguous
+    ("gelu", lambda: F.gelu(torch.randint(0, 3, (4,)).float().t().double())),   # float64
+    ("softmax", lambda: F.softmax(torch.randn(4, 5), dim=0)),                   # other dim
+    ("softmax", lambda: F.softmax(torch.randn(4, 5), dim=-1, dtype=torch.float64)),  # dtype=
+    ("layer_norm", lambda: F.layer_norm(torch.randn(2, 3, 4), (3, 4))),         # 2-D normalized
+    ("layer_norm", lambda: F.layer_norm(torch.randn(2, 4), (4,), torch.randn(4, dtype=torch.float64))),  # mixed
+])
+def test_fallbacks_reach_the_original(name, call):
+    spy = Spy(ORIGINALS[name])
+    setattr(F, name, spy)
+    try:
+        metalcore.enable_pytorch_overrides(ops=[name])
+        try:
+            call()
+        except RuntimeError:
+            pass  # PyTorch's own error for PyTorch's own inputs
+        assert spy.calls == 1
+    finally:
+        metalcore.disable_pytorch_overrides()
+        setattr(F, name, ORIGINALS[name])
+
+
+def test_errors_are_pytorchs():
+    metalcore.enable_pytorch_overrides()
+    with pytest.raises(RuntimeError):
+        F.layer_norm(torch.randn(2, 4), (4,), torch.randn(5))  # wrong weight size: from PyTorch or metalcore
+    with pytest.raises(Exception) as mine:
+        F.softmax(torch.randn(2, 3), dim=5)
+    with pytest.raises(type(mine.value)):
+        ORIGINALS["softmax"](torch.randn(2, 3), dim=5)
+
+
+class Tiny(torch.nn.Module):
+    """embedding -> RMSNorm -> Linear -> GELU -> softmax attention -> logits"""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.lin = torch.nn.Linear(32, 32)
+        self.out = torch.nn.Linear(32, 50)
+
+    def forward(self, idx):
+        h = self.norm(self.emb(idx))
+        h = F.gelu(self.lin(h))
+        att = F.softmax(h @ h.transpose(-1, -2) / 32 ** 0.5, dim=-1)
+        h = F.silu(att @ h) + h
+        return self.out(h)
+
+
+def train(overrides):
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.randint(0, 50, (8, 12))
+    losses = []
+    with metalcore.pytorch_overrides() if overrides else _null():
+        for _ in range(20):
+            loss = F.cross_entropy(model(data).reshape(-1, 50), data.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def test_small_model_trains_the_same():
+    plain, patched = train(False), train(True)
+    assert plain[-1] < plain[0]
+    for a, b in zip(plain, patched):
+        assert abs(a - b) <= 1e-4 * max(1, abs(a)), (plain, patched)
