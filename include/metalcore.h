@@ -68,6 +68,13 @@ typedef struct {
     uint64_t byte_offset;
 } mc_tensor;
 
+/* AdamW hyper-parameters (see mc_adamw_step). */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    int32_t amsgrad, maximize;
+} mc_adamw_config;
+
 #ifndef METALCORE_TYPES_ONLY
 
 /* ---- queries; these never fail ---------------------------------------- */
@@ -129,6 +136,20 @@ mc_status mc_gelu_bwd(const mc_tensor* dy, const mc_tensor* x, int32_t approxima
                       mc_tensor* dx, void* encoder);
 mc_status mc_silu_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
 mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, void* encoder);
+
+/* ---- AdamW ------------------------------------------------------------------
+ * One step of torch.optim.AdamW on n_tensors parameters at once: decoupled
+ * weight decay p *= 1 - lr*weight_decay, bias corrections from step (the step
+ * being taken: 1 on the first call), eps added after the square root of the
+ * corrected second moment, amsgrad (keeps max_exp_avg_sqs), maximize.
+ * params/grads: float32, float16 or bfloat16, one dtype per pair; exp_avgs,
+ * exp_avg_sqs, max_exp_avg_sqs: float32 only, shaped like the param. All
+ * tensors contiguous, on one device, no two sharing memory. Every tensor and
+ * hyper-parameter is checked before any is updated (all or nothing); a
+ * failure names the list and the index. CPU only in this build. */
+mc_status mc_adamw_step(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params,
+                        const mc_tensor* const* grads, mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs,
+                        mc_tensor* const* max_exp_avg_sqs /* NULL unless amsgrad */, void* encoder);
 
 /* ---- CUDA ------------------------------------------------------------------
  * Compile and load every kernel for device_id now, in the context current

@@ -297,3 +297,6 @@ func (v *View) RowStride() (int64, bool) {
 	}
 	return stride, true
 }
+
+// Extent is the byte range [lo, hi) the view's elements occupy.
+func (v *View) Extent() (uintptr, uintptr) { return v.lo, v.hi }

@@ -32,7 +32,7 @@ static int failures;
     X(mc_rmsnorm_fwd) X(mc_rmsnorm_bwd_workspace_size) X(mc_rmsnorm_bwd)            \
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
-    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare)
+    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -268,6 +268,43 @@ static void expect_failure(const char* what, mc_status got, mc_status want, cons
     CHECK(memcmp(out->mem, before, (size_t)out->n * 4) == 0, "%s: output changed", what);
 }
 
+/* One AdamW step over three tensors (one empty) against a double reference,
+ * and an all-or-nothing refusal. */
+static void check_adamw(void) {
+    int64_t sizes[3] = {5, 0, 1001};
+    tensor p[3], g[3], m[3], v[3];
+    mc_tensor *pp[3], *gp[3], *mp[3], *vp[3];
+    double* want[3];
+    mc_adamw_config cfg = {1e-2, 0.9, 0.999, 1e-8, 0.1, 1, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        p[i] = make(F32, 1, 0, sizes[i]), g[i] = make(F32, 1, 0, sizes[i]);
+        m[i] = make(F32, 1, 0, sizes[i]), v[i] = make(F32, 1, 0, sizes[i]);
+        fill(&p[i], 1), fill(&g[i], 1);
+        want[i] = malloc(sizeof(double) * (size_t)(sizes[i] + 1));
+        for (int64_t j = 0; j < sizes[i]; j++) {
+            set(&m[i], j, 0), set(&v[i], j, 0);
+            double gj = get(&g[i], j), mm = 0.1 * gj, vv = 0.001 * gj * gj;
+            double pj = get(&p[i], j) * (1 - 1e-2 * 0.1);
+            want[i][j] = pj - 1e-2 / (1 - 0.9) * mm / (sqrt(vv) / sqrt(1 - 0.999) + 1e-8);
+        }
+        pp[i] = &p[i].t, gp[i] = &g[i].t, mp[i] = &m[i].t, vp[i] = &v[i].t;
+    }
+    void* before = malloc((size_t)p[2].n * 4);
+    memcpy(before, p[2].mem, (size_t)p[2].n * 4);
+    mp[1] = &v[1].t; /* state aliasing another state: refused, nothing written */
+    mp[0] = &v[0].t;
+    expect_failure("adamw aliasing", p_mc_adamw_step(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, NULL),
+                   MC_ERR_INVALID_ARGUMENT, "overlaps", &p[2], before);
+    mp[0] = &m[0].t, mp[1] = &m[1].t;
+    CHECK(p_mc_adamw_step(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, NULL) == MC_OK, "adamw: %s",
+          p_mc_last_error());
+    for (int i = 0; i < 3; i++) {
+        expect_close("adamw param", &p[i], want[i], F32, 1);
+        free(want[i]), free(p[i].mem), free(g[i].mem), free(m[i].mem), free(v[i].mem);
+    }
+    free(before);
+}
+
 static void check_bad_inputs(void) {
     tensor x = make(F32, 2, 4, 8), w = make(F32, 1, 0, 8), y = make(F32, 2, 4, 8);
     fill(&x, 1);
@@ -387,6 +424,7 @@ int main(int argc, char** argv) {
             check_softmax_activations(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
         }
     }
+    check_adamw();
     check_bad_inputs();
     check_thread_local_errors();
     check_fork();

@@ -50,6 +50,7 @@ var Portable = Table{
 			acc[i] += a[i] * b[i] * s
 		}
 	},
+	AdamW:        adamW,
 	GeluErf:      unary(GeluErf32),
 	GeluTanh:     unary(GeluTanh32),
 	Silu:         unary(Silu32),
@@ -126,5 +127,20 @@ func narrow(f func(float32) uint16) func([]uint16, []float32) {
 		for i, v := range src {
 			dst[i] = f(v)
 		}
+	}
+}
+
+func adamW(h *AdamW, p, g, m, v, vmax []float32) {
+	for i := range p {
+		gi := h.Sign * g[i]
+		m[i] += (1 - h.Beta1) * (gi - m[i])
+		v[i] = h.Beta2*v[i] + (1-h.Beta2)*gi*gi
+		vi := v[i]
+		if vmax != nil {
+			vmax[i] = max(vmax[i], vi)
+			vi = vmax[i]
+		}
+		denom := float32(math.Sqrt(float64(vi)))*h.InvBC2Sqrt + h.Eps
+		p[i] = p[i]*h.Decay - h.StepSize*m[i]/denom
 	}
 }

@@ -28,6 +28,9 @@ type Table struct {
 	SoftmaxGrad func(dst, y, dy []float32, d float32)
 	// FMAcc is acc += a * b * s.
 	FMAcc func(acc, a, b []float32, s float32)
+	// AdamW takes one AdamW step in place on param p with gradient g and
+	// moments m, v (vmax: the running maximum of v under amsgrad, else nil).
+	AdamW func(h *AdamW, p, g, m, v, vmax []float32)
 
 	GeluErf      func(dst, x []float32)
 	GeluTanh     func(dst, x []float32)
@@ -40,4 +43,12 @@ type Table struct {
 	F16ToF32  func(dst []float32, src []uint16)
 	F32ToBF16 func(dst []uint16, src []float32)
 	F32ToF16  func(dst []uint16, src []float32)
+}
+
+// AdamW is one step's scalars, PyTorch's AdamW:
+//
+//	g = Sign*grad; p *= Decay; m += (1-Beta1)*(g - m); v = Beta2*v + (1-Beta2)*g*g
+//	vmax = max(vmax, v) (amsgrad); p -= StepSize * m / (sqrt(v or vmax)*InvBC2Sqrt + Eps)
+type AdamW struct {
+	Sign, Decay, Beta1, Beta2, StepSize, InvBC2Sqrt, Eps float32
 }

@@ -30,6 +30,7 @@ var Table = simd.Table{
 	NormGrad:     normGrad,
 	SoftmaxGrad:  softmaxGrad,
 	FMAcc:        fmAcc,
+	AdamW:        adamW,
 	GeluErf:      unary(geluErfV),
 	GeluTanh:     unary(geluTanhV),
 	Silu:         unary(siluV),
@@ -465,6 +466,54 @@ func f32ToF16(dst []uint16, src []float32) {
 	}
 	if n < len(src) {
 		storeU16Part(roundF16(asI(loadPart(src[n:]))), dst[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// adamW is simd.Portable.AdamW on W lanes (with a true division and square
+// root: the step must match PyTorch's within rounding).
+func adamW(h *simd.AdamW, p, g, m, v, vmax []float32) {
+	sign, decay, b1, b2 := splat(h.Sign), splat(h.Decay), splat(1-h.Beta1), splat(h.Beta2)
+	nb2, lr, inv, eps := splat(1-h.Beta2), splat(h.StepSize), splat(h.InvBC2Sqrt), splat(h.Eps)
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	step := func(pv, gv, mv, vv, xv vf) (vf, vf, vf, vf) {
+		gv = gv.Mul(sign)
+		mv = gv.Sub(mv).MulAdd(b1, mv)
+		vv = vv.Mul(b2).Add(gv.Mul(gv).Mul(nb2))
+		use := vv
+		if vmax != nil {
+			xv = xv.Max(vv)
+			use = xv
+		}
+		denom := use.Sqrt().MulAdd(inv, eps)
+		return pv.Mul(decay).Sub(lr.Mul(mv).Div(denom)), mv, vv, xv
+	}
+	n := full(len(p))
+	for i := 0; i < n; i += W {
+		xv := zero()
+		if vmax != nil {
+			xv = load(vmax[i:])
+		}
+		pv, mv, vv, xv := step(load(p[i:]), load(g[i:]), load(m[i:]), load(v[i:]), xv)
+		store(pv, p[i:])
+		store(mv, m[i:])
+		store(vv, v[i:])
+		if vmax != nil {
+			store(xv, vmax[i:])
+		}
+	}
+	if n < len(p) {
+		xv := zero()
+		if vmax != nil {
+			xv = loadPart(vmax[n:])
+		}
+		pv, mv, vv, xv := step(loadPart(p[n:]), loadPart(g[n:]), loadPart(m[n:]), loadPart(v[n:]), xv)
+		storePart(pv, p[n:])
+		storePart(mv, m[n:])
+		storePart(vv, v[n:])
+		if vmax != nil {
+			storePart(xv, vmax[n:])
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 }

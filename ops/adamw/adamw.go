@@ -1,0 +1,229 @@
+// Package adamw is the multi-tensor AdamW step with float32 optimizer state:
+// validation of the whole tensor list before anything is written, the CPU
+// kernel, and the float64 reference the tests use.
+package adamw
+
+import (
+	"math"
+	"sort"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/encoder/cpu/simd"
+	"metalcore/internal/core"
+)
+
+// Config mirrors mc_adamw_config.
+type Config struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Step                               int64
+	AMSGrad, Maximize                  int32
+}
+
+// checkConfig rejects what torch.optim.AdamW rejects, plus what its step
+// cannot use: a step number below 1, eps <= 0, NaN or infinite values.
+func checkConfig(c *Config) error {
+	if c == nil {
+		return core.Errorf(core.ErrInvalidArgument, "cfg is NULL")
+	}
+	bad := func(name string, v float64, ok bool) error {
+		if ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			return nil
+		}
+		return core.Errorf(core.ErrInvalidArgument, "invalid %s value: %g", name, v)
+	}
+	for _, e := range []error{
+		bad("learning rate", c.LR, c.LR >= 0),
+		bad("beta parameter at index 0", c.Beta1, c.Beta1 >= 0 && c.Beta1 < 1),
+		bad("beta parameter at index 1", c.Beta2, c.Beta2 >= 0 && c.Beta2 < 1),
+		bad("epsilon", c.Eps, c.Eps > 0),
+		bad("weight_decay", c.WeightDecay, c.WeightDecay >= 0),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	if c.Step < 1 {
+		return core.Errorf(core.ErrInvalidArgument, "invalid step: %d (the first step is 1)", c.Step)
+	}
+	return nil
+}
+
+// scalars are the step's float32 constants, computed in float64 as PyTorch
+// computes them in Python.
+func scalars(c *Config) simd.AdamW {
+	bc1 := 1 - math.Pow(c.Beta1, float64(c.Step))
+	bc2 := 1 - math.Pow(c.Beta2, float64(c.Step))
+	sign := float32(1)
+	if c.Maximize != 0 {
+		sign = -1
+	}
+	return simd.AdamW{
+		Sign: sign, Decay: float32(1 - c.LR*c.WeightDecay), Beta1: float32(c.Beta1), Beta2: float32(c.Beta2),
+		StepSize: float32(c.LR / bc1), InvBC2Sqrt: float32(1 / math.Sqrt(bc2)), Eps: float32(c.Eps),
+	}
+}
+
+// group is one parameter's tensors, validated.
+type group struct{ p, g, m, v, vmax *core.View }
+
+// Lists are the tensor lists of one call (max nil unless amsgrad).
+type Lists struct {
+	N                  int64
+	Params, Grads      unsafe.Pointer // mc_tensor* const*
+	ExpAvgs, ExpAvgSqs unsafe.Pointer
+	MaxExpAvgSqs       unsafe.Pointer
+}
+
+func at(list unsafe.Pointer, i int) *core.Tensor {
+	return *(**core.Tensor)(unsafe.Add(list, i*int(unsafe.Sizeof(uintptr(0)))))
+}
+
+// validate checks every tensor of the call before anything is written; a
+// failure names the list and the index.
+func validate(c *Config, l Lists, enc unsafe.Pointer) ([]group, error) {
+	if err := checkConfig(c); err != nil {
+		return nil, err
+	}
+	if l.N < 0 {
+		return nil, core.Errorf(core.ErrInvalidArgument, "n_tensors is %d", l.N)
+	}
+	if l.N == 0 {
+		return nil, nil
+	}
+	lists := []struct {
+		name string
+		ptr  unsafe.Pointer
+	}{{"params", l.Params}, {"grads", l.Grads}, {"exp_avgs", l.ExpAvgs}, {"exp_avg_sqs", l.ExpAvgSqs}}
+	if c.AMSGrad != 0 {
+		lists = append(lists, struct {
+			name string
+			ptr  unsafe.Pointer
+		}{"max_exp_avg_sqs", l.MaxExpAvgSqs})
+	} else if l.MaxExpAvgSqs != nil {
+		return nil, core.Errorf(core.ErrInvalidArgument, "max_exp_avg_sqs is given but amsgrad is off")
+	}
+	for _, li := range lists {
+		if li.ptr == nil {
+			return nil, core.Errorf(core.ErrInvalidArgument, "%s is NULL", li.name)
+		}
+	}
+	groups := make([]group, l.N)
+	var all []*core.View
+	for i := range groups {
+		vs := make([]*core.View, len(lists))
+		for k, li := range lists {
+			name := li.name + "[" + itoa(i) + "]"
+			v, err := core.Check(name, at(li.ptr, i))
+			if err != nil {
+				return nil, err
+			}
+			if err := core.WantContiguous(&v); err != nil {
+				return nil, err
+			}
+			if k > 0 {
+				if err := core.SameShape(vs[0], &v); err != nil {
+					return nil, err
+				}
+			}
+			if k >= 2 {
+				if err := core.WantDType(&v, core.F32); err != nil {
+					return nil, core.Errorf(core.ErrUnsupportedDType, "%s (optimizer state is float32 only)", err)
+				}
+			}
+			vs[k] = &v
+		}
+		if err := core.SameDType(vs[0], vs[1]); err != nil {
+			return nil, err
+		}
+		g := group{p: vs[0], g: vs[1], m: vs[2], v: vs[3]}
+		if len(vs) > 4 {
+			g.vmax = vs[4]
+		}
+		groups[i] = g
+		all = append(all, vs...)
+	}
+	if err := core.SameDevice(all...); err != nil {
+		return nil, err
+	}
+	if all[0].DeviceType == core.DeviceCPU && enc != nil {
+		return nil, core.Errorf(core.ErrInvalidArgument, "encoder must be NULL for CPU tensors")
+	}
+	return groups, noOverlap(all)
+}
+
+// noOverlap rejects any two tensors of the call sharing memory: sorted by
+// start, each must end before the next begins.
+func noOverlap(vs []*core.View) error {
+	type ext struct {
+		lo, hi uintptr
+		v      *core.View
+	}
+	es := make([]ext, 0, len(vs))
+	for _, v := range vs {
+		if v.N > 0 {
+			lo, hi := v.Extent()
+			es = append(es, ext{lo, hi, v})
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].lo < es[j].lo })
+	for i := 1; i < len(es); i++ {
+		if es[i].lo < es[i-1].hi {
+			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", es[i].v.Name, es[i-1].v.Name)
+		}
+	}
+	return nil
+}
+
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return itoa(i/10) + string(rune('0'+i%10))
+}
+
+// Step takes one AdamW step on every tensor of the lists.
+func Step(c *Config, l Lists, enc unsafe.Pointer) error {
+	groups, err := validate(c, l, enc)
+	if err != nil || len(groups) == 0 {
+		return err
+	}
+	h := scalars(c)
+	if groups[0].p.DeviceType == core.DeviceCUDA {
+		return stepCUDA(&h, groups, enc)
+	}
+	stepCPU(&h, groups)
+	return nil
+}
+
+// stepCPU splits the concatenation of all tensors into equal element ranges
+// (thousands of small tensors cost what one large one does) and steps each
+// range chunk by chunk.
+func stepCPU(h *simd.AdamW, groups []group) {
+	starts := make([]int, len(groups)+1) // element offset of each tensor in the concatenation
+	for i, g := range groups {
+		starts[i+1] = starts[i] + g.p.N
+	}
+	total := starts[len(groups)]
+	cpu.Parallel(total, 1<<15, func(lo, hi int, s *cpu.Scratch) {
+		k := cpu.K()
+		t := sort.SearchInts(starts, lo+1) - 1
+		for pos := lo; pos < hi; t++ {
+			g := groups[t]
+			off, end := pos-starts[t], min(hi, starts[t+1])-starts[t]
+			for ; off < end; off += cpu.Chunk {
+				n := min(cpu.Chunk, end-off)
+				p := cpu.Span{P: g.p.Base, DT: g.p.DType}
+				ps := p.Load(off, s.Buf(0, n))
+				gs := cpu.Span{P: g.g.Base, DT: g.g.DType}.Load(off, s.Buf(1, n))
+				var vmax []float32
+				if g.vmax != nil {
+					vmax = cpu.Float32s(g.vmax.Base, g.vmax.N)[off : off+n]
+				}
+				k.AdamW(h, ps, gs, cpu.Float32s(g.m.Base, g.m.N)[off:off+n], cpu.Float32s(g.v.Base, g.v.N)[off:off+n], vmax)
+				p.Store(off, ps)
+			}
+			pos = starts[t+1]
+		}
+	})
+}

@@ -1,0 +1,176 @@
+package adamw
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+)
+
+// set is the tensor lists of one call and the float64 mirror the reference
+// steps.
+type set struct {
+	p, g, m, v, x      []*tu.Tensor
+	pp, gp, mp, vp, xp []*core.Tensor
+	rp, rm, rv, rx     [][]float64
+}
+
+func newSet(t *testing.T, dt core.DType, sizes []int64, amsgrad bool) *set {
+	s := &set{}
+	rng := tu.RNG(t)
+	for _, n := range sizes {
+		sh := []int64{n}
+		p := tu.New(dt, sh)
+		s.rp = append(s.rp, p.Rand(rng, 1))
+		s.p = append(s.p, p)
+		s.g = append(s.g, tu.New(dt, sh))
+		for _, st := range []*[]*tu.Tensor{&s.m, &s.v} {
+			*st = append(*st, tu.New(core.F32, sh).Set(make([]float64, n)))
+		}
+		s.rm, s.rv = append(s.rm, make([]float64, n)), append(s.rv, make([]float64, n))
+		if amsgrad {
+			s.x = append(s.x, tu.New(core.F32, sh).Set(make([]float64, n)))
+			s.rx = append(s.rx, make([]float64, n))
+		}
+	}
+	ptrs := func(ts []*tu.Tensor) []*core.Tensor {
+		out := make([]*core.Tensor, len(ts))
+		for i, x := range ts {
+			out[i] = x.Ptr()
+		}
+		return out
+	}
+	s.pp, s.gp, s.mp, s.vp, s.xp = ptrs(s.p), ptrs(s.g), ptrs(s.m), ptrs(s.v), ptrs(s.x)
+	return s
+}
+
+func list(ts []*core.Tensor) unsafe.Pointer {
+	if len(ts) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&ts[0])
+}
+
+func (s *set) lists() Lists {
+	return Lists{N: int64(len(s.pp)), Params: list(s.pp), Grads: list(s.gp), ExpAvgs: list(s.mp),
+		ExpAvgSqs: list(s.vp), MaxExpAvgSqs: list(s.xp)}
+}
+
+func (s *set) bytes() [][]byte {
+	var out [][]byte
+	for _, ts := range [][]*tu.Tensor{s.p, s.g, s.m, s.v, s.x} {
+		for _, x := range ts {
+			out = append(out, x.Bytes())
+		}
+	}
+	return out
+}
+
+var sizes = []int64{0, 1, 7, 33, 1000, 4099, 1}
+
+// 50 steps against the float64 reference, which rounds the parameter to its
+// dtype after each step as the stored parameter is (state stays float32 in
+// the kernel, float64 in the reference).
+func TestTrajectory(t *testing.T) {
+	tu.ForEachISA(t, func(t *testing.T) {
+		for _, dt := range tu.DTypes {
+			for _, cfg := range []Config{
+				{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},
+				{LR: 3e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0},
+				{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, AMSGrad: 1},
+				{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Maximize: 1},
+			} {
+				what := fmt.Sprintf("%s %+v", dt, cfg)
+				s := newSet(t, dt, sizes, cfg.AMSGrad != 0)
+				rng := tu.RNG(t)
+				for step := int64(1); step <= 50; step++ {
+					cfg.Step = step
+					for i := range s.p {
+						gv := s.g[i].Rand(rng, 1)
+						var x []float64
+						if s.rx != nil {
+							x = s.rx[i]
+						}
+						RefStep(&cfg, s.rp[i], gv, s.rm[i], s.rv[i], x)
+						for j := range s.rp[i] {
+							s.rp[i][j] = tu.Round(dt, s.rp[i][j])
+						}
+					}
+					require.NoError(t, Step(&cfg, s.lists(), nil), what)
+				}
+				for i := range s.p {
+					tol := 1e-4
+					if dt != core.F32 {
+						tol = 4 * tu.Tol(dt) // a rounding that differs once persists
+					}
+					tu.CloseScaled(t, what+" param", s.p[i].Values(), s.rp[i], tol, 1)
+					tu.CloseScaled(t, what+" exp_avg", s.m[i].Values(), s.rm[i], 1e-3, 0.1)
+					tu.CloseScaled(t, what+" exp_avg_sq", s.v[i].Values(), s.rv[i], 1e-3, 1e-3)
+				}
+			}
+		}
+	})
+}
+
+func TestHyperParameters(t *testing.T) {
+	good := Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+	s := newSet(t, core.F32, []int64{5}, false)
+	for _, c := range []func(*Config){
+		func(c *Config) { c.LR = -1 }, func(c *Config) { c.LR = math.NaN() }, func(c *Config) { c.Beta1 = 1 },
+		func(c *Config) { c.Beta2 = -0.1 }, func(c *Config) { c.Eps = 0 }, func(c *Config) { c.WeightDecay = -1 },
+		func(c *Config) { c.Step = 0 }, func(c *Config) { c.Eps = math.Inf(1) },
+	} {
+		cfg := good
+		c(&cfg)
+		before := s.bytes()
+		err := Step(&cfg, s.lists(), nil)
+		require.Equal(t, core.ErrInvalidArgument, tu.Status(t, err), "%+v", cfg)
+		require.Equal(t, before, s.bytes())
+	}
+	require.Equal(t, core.ErrInvalidArgument, tu.Status(t, Step(nil, s.lists(), nil)))
+	require.NoError(t, Step(&good, Lists{}, nil)) // no tensors
+}
+
+// A bad tensor anywhere leaves every tensor untouched and is named.
+func TestAllOrNothing(t *testing.T) {
+	cfg := Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 1}
+	for _, c := range []struct {
+		name, mention string
+		want          core.Status
+		spoil         func(s *set)
+	}{
+		{"state not float32", "exp_avgs[3]", core.ErrUnsupportedDType, func(s *set) { s.mp[3] = tu.New(core.BF16, []int64{33}).Ptr() }},
+		{"grad of another dtype", "grads[5]", core.ErrUnsupportedDType, func(s *set) { s.gp[5] = tu.New(core.BF16, []int64{4099}).Ptr() }},
+		{"wrong shape", "exp_avg_sqs[4]", core.ErrInvalidArgument, func(s *set) { s.vp[4] = tu.New(core.F32, []int64{999}).Ptr() }},
+		{"NULL tensor", "params[6]", core.ErrInvalidArgument, func(s *set) { s.pp[6] = nil }},
+		{"non-contiguous", "params[4]", core.ErrUnsupportedLayout, func(s *set) {
+			s.pp[4] = tu.New(core.F32, []int64{1000, 1}, tu.RowPad(1)).Ptr()
+			s.gp[4], s.mp[4], s.vp[4] = tu.New(core.F32, []int64{1000, 1}).Ptr(), tu.New(core.F32, []int64{1000, 1}).Ptr(), tu.New(core.F32, []int64{1000, 1}).Ptr()
+		}},
+		{"aliasing", "overlaps", core.ErrInvalidArgument, func(s *set) { s.mp[2] = s.vp[2] }},
+		{"CUDA tensor", "", core.ErrUnsupportedDevice, func(s *set) {
+			x := *s.pp[1]
+			x.DeviceType = core.DeviceCUDA
+			s.pp[1] = &x
+		}},
+	} {
+		s := newSet(t, core.F32, sizes, false)
+		for _, g := range s.g {
+			g.Rand(tu.RNG(t), 1)
+		}
+		c.spoil(s)
+		before := s.bytes()
+		err := Step(&cfg, s.lists(), nil)
+		if c.name == "CUDA tensor" && core.BackendAvailable(core.DeviceCUDA) {
+			c.want = core.ErrInvalidArgument // CPU and CUDA mixed
+		}
+		require.Equal(t, c.want, tu.Status(t, err), "%s: %v", c.name, err)
+		require.Contains(t, err.Error(), c.mention, c.name)
+		require.Equal(t, before, s.bytes(), "%s: something was written", c.name)
+	}
+}

@@ -1,0 +1,112 @@
+"""metalcore.optim.AdamW: torch.optim.AdamW with one library call per
+parameter group (and device and step count) per step, float32 state always."""
+import ctypes
+
+import torch
+
+from . import _lib
+from ._ops import supported
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double), ("beta2", ctypes.c_double),
+                ("eps", ctypes.c_double), ("weight_decay", ctypes.c_double), ("step", ctypes.c_int64),
+                ("amsgrad", ctypes.c_int32), ("maximize", ctypes.c_int32)]
+
+
+def _pointers(tensors):
+    """A C array of mc_tensor pointers (kept alive by the array)."""
+    descs = [_lib.describe(t)._obj for t in tensors]
+    arr = (ctypes.POINTER(_lib.Tensor) * len(descs))(*[ctypes.pointer(d) for d in descs])
+    arr._keep = descs
+    return arr
+
+
+class AdamW(torch.optim.Optimizer):
+    """torch.optim.AdamW's algorithm and arguments (decoupled weight decay,
+    amsgrad, maximize); lr and the other hyper-parameters are read at every
+    step, so schedulers work. Parameters metalcore does not take (float64,
+    non-contiguous, a device without a backend) are stepped with PyTorch's
+    arithmetic, with the same float32 state."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def _state(self, p, amsgrad):
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+        if amsgrad and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = torch.zeros_like(state["exp_avg_sq"])
+        return state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            amsgrad, maximize = group["amsgrad"], group["maximize"]
+            batches = {}  # (device, step) -> lists for one library call
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
+                state = self._state(p, amsgrad)
+                state["step"] += 1
+                step = int(state["step"].item())
+                tensors = [p, p.grad, state["exp_avg"], state["exp_avg_sq"]]
+                if amsgrad:
+                    tensors.append(state["max_exp_avg_sq"])
+                if supported(p, p.grad) and all(t.is_contiguous() and t.device == p.device for t in tensors[2:]):
+                    batches.setdefault((p.device, step), []).append(tensors)
+                else:
+                    _torch_step(group, step, *tensors)
+            for (device, step), items in batches.items():
+                self._library_step(group, step, items, device)
+        return loss
+
+    def _library_step(self, group, step, items, device):
+        cols = list(zip(*items))
+        beta1, beta2 = group["betas"]
+        cfg = _Config(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], step,
+                      int(group["amsgrad"]), int(group["maximize"]))
+        lists = [_pointers(c) for c in cols]
+        enc = _lib.encoder(cols[0][0])
+        _lib.check(_lib.lib.mc_adamw_step(ctypes.byref(cfg), ctypes.c_int64(len(items)), lists[0], lists[1],
+                                          lists[2], lists[3], lists[4] if len(lists) > 4 else None, enc))
+
+
+def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None):
+    """torch.optim.AdamW's single-tensor step, in float32 for 16-bit params."""
+    beta1, beta2 = group["betas"]
+    lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+    g = grad.to(exp_avg.dtype)
+    if group["maximize"]:
+        g = -g
+    work = p.to(exp_avg.dtype) if p.dtype in (torch.float16, torch.bfloat16) else p
+    work.mul_(1 - lr * wd)
+    exp_avg.lerp_(g, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
+    v = torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq) if max_exp_avg_sq is not None else exp_avg_sq
+    denom = (v.sqrt() / bc2 ** 0.5).add_(eps)
+    work.addcdiv_(exp_avg, denom, value=-lr / bc1)
+    if work is not p:
+        p.copy_(work)
