@@ -327,6 +327,7 @@ func isCapturing(stream unsafe.Pointer) (bool, error) {
 }
 
 type module struct{ m C.CUmodule }
+
 // function is a loaded kernel and the most threads a block of it may have.
 type function struct {
 	f          C.CUfunction
