@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import metalcore
-from conftest import close
+from conftest import TOL, close
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SHAPES = [(1, 1), (3, 7), (5, 33), (2, 3, 130), (4, 1030)]
@@ -82,6 +82,10 @@ def test_pointwise_and_softmax(device, dtype, shape, op):
     # dominates when a one-element result is near zero
     tol = 5e-4 if dtype == torch.float32 and op == "gelu" else None
     close(y, ref, dtype, "y", tol)
+    # softmax's dx = y * (dy - sum(dy * y)) cancels, and y is the 16-bit
+    # forward output: twice the dtype's tolerance there
+    if op == "softmax" and dtype != torch.float32:
+        tol = 2 * TOL[dtype]
     close(torch.autograd.grad(y, x, dy)[0], torch.autograd.grad(ref, xd, dy.double())[0], dtype, "dx", tol)
 
 
