@@ -169,6 +169,12 @@ func CheckPointer(p unsafe.Pointer, dev int) error {
 // 8-byte slots made by Ptr, I64, I32 and F32. It never synchronizes. Kernels not yet loaded are loaded
 // first, unless the stream is being captured into a graph.
 func Launch(dev int, stream unsafe.Pointer, name string, grid, block int, args ...uint64) error {
+	return launchParams(dev, stream, name, grid, block, args, len(args))
+}
+
+// launchParams launches with nparams parameters read from args (each an
+// 8-byte slot, or one struct spanning all of args).
+func launchParams(dev int, stream unsafe.Pointer, name string, grid, block int, args []uint64, nparams int) error {
 	d, err := getDevice(dev)
 	if err != nil {
 		return err
@@ -200,7 +206,13 @@ func Launch(dev int, stream unsafe.Pointer, name string, grid, block int, args .
 	if grid == 0 {
 		return nil
 	}
-	return launch(f, grid, min(block, f.maxThreads), 0, stream, args)
+	return launch(f, grid, min(block, f.maxThreads), 0, stream, args, nparams)
+}
+
+// LaunchStruct is Launch for a kernel whose one parameter is a struct of
+// 8-byte words (multi-tensor metadata passed by value).
+func LaunchStruct(dev int, stream unsafe.Pointer, name string, grid, block int, words []uint64) error {
+	return launchParams(dev, stream, name, grid, block, words, 1)
 }
 
 // Kernel parameter slots.

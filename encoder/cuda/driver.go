@@ -360,9 +360,9 @@ func (m module) function(name string) (function, error) {
 	return f, err
 }
 
-func launch(f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64) error {
+func launch(f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64, nparams int) error {
 	return check("cuLaunchKernel", C.mc_launch(f.f, C.uint(grid), C.uint(block), C.uint(shmem),
-		C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(len(args))))
+		C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(nparams)))
 }
 
 // Test support: plain device memory and copies, synchronous.

@@ -77,7 +77,7 @@ var sizes = []int64{0, 1, 7, 33, 1000, 4099, 1}
 // dtype after each step as the stored parameter is (state stays float32 in
 // the kernel, float64 in the reference).
 func TestTrajectory(t *testing.T) {
-	tu.ForEachISA(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
 		for _, dt := range tu.DTypes {
 			for _, cfg := range []Config{
 				{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},

@@ -1,14 +1,54 @@
 package adamw
 
 import (
+	_ "embed"
+	"math"
 	"unsafe"
 
 	"metalcore/encoder/cpu/simd"
-	"metalcore/internal/core"
+	"metalcore/encoder/cuda"
 )
 
-// stepCUDA: the CUDA kernel is not written yet; the call is refused before
-// anything is written, like any unsupported device.
-func stepCUDA(*simd.AdamW, []group, unsafe.Pointer) error {
-	return core.Errorf(core.ErrUnsupportedDevice, "AdamW on CUDA tensors is not implemented yet (CPU only)")
+//go:embed adamw.cu
+var kernels string
+
+func init() { cuda.Register(kernels) }
+
+// The batch layout of adamw.cu: five pointer arrays, sizes, block prefix,
+// count, seven scalars, all 8-byte words.
+const (
+	batchMax   = 36
+	chunkElems = 4096
+	batchWords = 6*batchMax + batchMax + 1 + 1 + 7
+)
+
+// stepCUDA launches adamw_step once per batch of up to batchMax tensors, on
+// the caller's stream; the tensor list travels in the kernel parameter.
+func stepCUDA(h *simd.AdamW, groups []group, enc unsafe.Pointer) error {
+	dev := int(groups[0].p.DeviceID)
+	var words [batchWords]uint64
+	for start := 0; start < len(groups); start += batchMax {
+		batch := groups[start:min(start+batchMax, len(groups))]
+		clear(words[:])
+		blocks := int64(0)
+		for i, g := range batch {
+			words[i] = cuda.Ptr(g.g.Base)
+			words[batchMax+i] = cuda.Ptr(g.p.Base)
+			words[2*batchMax+i] = cuda.Ptr(g.m.Base)
+			words[3*batchMax+i] = cuda.Ptr(g.v.Base)
+			words[4*batchMax+i] = cuda.View(g.vmax)
+			words[5*batchMax+i] = uint64(g.p.N)
+			words[6*batchMax+i] = uint64(blocks)
+			blocks += int64((g.p.N + chunkElems - 1) / chunkElems)
+		}
+		words[6*batchMax+len(batch)] = uint64(blocks)
+		words[7*batchMax+1] = uint64(len(batch))
+		for i, v := range []float32{h.Sign, h.Decay, h.Beta1, h.Beta2, h.StepSize, h.InvBC2Sqrt, h.Eps} {
+			words[7*batchMax+2+i] = math.Float64bits(float64(v))
+		}
+		if err := cuda.LaunchStruct(dev, enc, cuda.Kernel("adamw_step", batch[0].p.DType), int(blocks), 256, words[:]); err != nil {
+			return cuda.Backend(err)
+		}
+	}
+	return nil
 }
