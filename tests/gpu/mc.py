@@ -1,35 +1,29 @@
-"""Minimal ctypes binding of libmetalcore for the GPU tests and benchmarks."""
+"""The GPU tests' and benchmarks' view of libmetalcore: the shim's own ctypes
+layer (overrides/python/metalcore/_lib.py), plus descriptors that can lie
+about the device (for the bad-pointer checks) and a workspace helper."""
 import ctypes
 import os
+import pathlib
+import sys
 
 import torch
 
-LIB = ctypes.CDLL(os.environ.get("METALCORE_LIBRARY", "build/libmetalcore.so"))
-LIB.mc_last_error.restype = ctypes.c_char_p
-LIB.mc_version_string.restype = ctypes.c_char_p
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(_ROOT / "overrides" / "python"))
+os.environ.setdefault("METALCORE_LIBRARY", str(_ROOT / "build" / "libmetalcore.so"))
+
+from metalcore import _lib  # noqa: E402
+
+LIB = _lib.lib
 
 
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-DTYPES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.float64: (2, 64),
-          torch.uint8: (1, 8)}
-
-
-def desc(t, device_type=None, data=None):
-    """An mc_tensor describing torch tensor t (kept alive by the result)."""
+def desc(t, device_type=None):
+    """A pointer to an mc_tensor for t, optionally with another device type."""
     if t is None:
         return None
-    code, bits = DTYPES[t.dtype]
-    shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
-    strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
-    d = Tensor(data if data is not None else t.data_ptr(),
-               device_type or (2 if t.is_cuda else 1), t.device.index or 0, t.dim(), code, bits, 1, shape, strides, 0)
-    d._keep = (shape, strides, t)
+    d = _lib.describe(t)._obj
+    if device_type is not None:
+        d.device_type = device_type
     return ctypes.pointer(d)
 
 
@@ -38,24 +32,16 @@ def stream():
 
 
 def call(name, *args):
-    """Calls mc_<name>; tensors become descriptors, floats c_float, ints int32."""
-    conv = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            conv.append(desc(a))
-        elif isinstance(a, float):
-            conv.append(ctypes.c_float(a))
-        elif isinstance(a, int):
-            conv.append(ctypes.c_int32(a))
-        else:
-            conv.append(a)
-    return getattr(LIB, "mc_" + name)(*conv)
+    """mc_<name>'s status (tensors become descriptors, floats c_float, ints int32)."""
+    try:
+        _lib.call(name, *args)
+        return 0
+    except _lib.MetalcoreError as e:
+        return e.status
 
 
 def check(name, *args):
-    st = call(name, *args)
-    if st != 0:
-        raise RuntimeError(f"mc_{name}: status {st}: {LIB.mc_last_error().decode()}")
+    _lib.call(name, *args)
 
 
 def workspace(kind, x):

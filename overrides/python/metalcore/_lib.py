@@ -66,7 +66,11 @@ def encoder(t):
 
 
 class MetalcoreError(RuntimeError):
-    """A call metalcore refused; the message is its own."""
+    """A call metalcore refused; the message is its own, status its mc_status."""
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
 
 
 def call(name, *args):
@@ -89,7 +93,7 @@ def call(name, *args):
 def check(status):
     """Raises MetalcoreError for a non-OK status (the fast path of call())."""
     if status != 0:
-        raise MetalcoreError(lib.mc_last_error().decode())
+        raise MetalcoreError(lib.mc_last_error().decode(), status)
 
 
 def available(device_type):
