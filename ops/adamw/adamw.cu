@@ -15,6 +15,20 @@ struct AdamWBatch {            // every field 8 bytes: the Go side writes words
     double sign, decay, beta1, beta2, step_size, inv_bc2_sqrt, eps;
 };
 
+// one element of the step (m, v, vmax updated in place; returns the param)
+MC_DEVICE float adamw_elem(float p, float g, float& m, float& v, float* vmax, float sign, float decay, float b1,
+                           float b2, float lr, float inv, float eps) {
+    g *= sign;
+    m += (1.f - b1) * (g - m);
+    v = b2 * v + (1.f - b2) * g * g;
+    float vi = v;
+    if (vmax) {
+        vi = fmaxf(*vmax, vi);
+        *vmax = vi;
+    }
+    return p * decay - lr * m / (sqrtf(vi) * inv + eps);
+}
+
 template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     typedef typename D::T T;
     mc_i64 blk = MC_BLOCK;
@@ -27,18 +41,46 @@ template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     float *m = b.m[t], *v = b.v[t], *vmax = b.vmax[t];
     float sign = (float)b.sign, decay = (float)b.decay, b1 = (float)b.beta1, b2 = (float)b.beta2;
     float lr = (float)b.step_size, inv = (float)b.inv_bc2_sqrt, eps = (float)b.eps;
-    for (mc_i64 i = lo + MC_TID; i < hi; i += MC_NTHREADS) {
-        float gi = sign * D::load(g + i);
-        float mi = m[i] + (1.f - b1) * (gi - m[i]);
-        float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+    // four elements per thread with 16-byte state accesses where every
+    // pointer allows it (chunks start at multiples of 4096 elements)
+    bool vec = ((unsigned long long)m | (unsigned long long)v | (unsigned long long)vmax) % 16 == 0 &&
+               ((unsigned long long)p | (unsigned long long)g) % (4 * sizeof(T)) == 0;
+    mc_i64 i = lo + MC_TID;
+    if (vec) {
+        for (i = lo + 4 * MC_TID; i + 3 < hi; i += 4 * MC_NTHREADS) {
+            float4 m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), x4;
+            if (vmax) x4 = *(float4*)(vmax + i);
+            float* mm = &m4.x;
+            float* vv = &v4.x;
+            float* xx = &x4.x;
+            T pv[4], gv[4];
+            if (sizeof(T) == 4) {
+                *(uint4*)pv = *(const uint4*)(p + i);
+                *(uint4*)gv = *(const uint4*)(g + i);
+            } else {
+                *(uint2*)pv = *(const uint2*)(p + i);
+                *(uint2*)gv = *(const uint2*)(g + i);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                D::store(pv + j, adamw_elem(D::load(pv + j), D::load(gv + j), mm[j], vv[j], vmax ? xx + j : 0, sign,
+                                            decay, b1, b2, lr, inv, eps));
+            *(float4*)(m + i) = m4;
+            *(float4*)(v + i) = v4;
+            if (vmax) *(float4*)(vmax + i) = x4;
+            if (sizeof(T) == 4) *(uint4*)(p + i) = *(uint4*)pv;
+            else *(uint2*)(p + i) = *(uint2*)pv;
+        }
+        // the last hi - lo % 4 elements, if any, one per thread
+        mc_i64 rest = lo + (hi - lo) / 4 * 4;
+        i = rest + MC_TID;
+    }
+    for (; i < hi; i += MC_NTHREADS) {
+        float mi = m[i], vi = v[i];
+        D::store(p + i, adamw_elem(D::load(p + i), D::load(g + i), mi, vi, vmax ? vmax + i : 0, sign, decay, b1, b2,
+                                   lr, inv, eps));
         m[i] = mi;
         v[i] = vi;
-        if (vmax) {
-            vi = fmaxf(vmax[i], vi);
-            vmax[i] = vi;
-        }
-        float pi = D::load(p + i) * decay - lr * mi / (sqrtf(vi) * inv + eps);
-        D::store(p + i, pi);
     }
 }
 MC_INSTANTIATE(adamw_step, (const AdamWBatch b), (b))
