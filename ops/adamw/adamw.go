@@ -6,6 +6,7 @@ package adamw
 import (
 	"math"
 	"sort"
+	"strconv"
 	"unsafe"
 
 	"metalcore/encoder/cpu"
@@ -108,40 +109,32 @@ func validate(c *Config, l Lists, enc unsafe.Pointer) ([]group, error) {
 			return nil, core.Errorf(core.ErrInvalidArgument, "%s is NULL", li.name)
 		}
 	}
+	nl := len(lists)
+	views := make([]core.View, int(l.N)*nl) // one allocation for the whole call
+	all := make([]*core.View, len(views))
 	groups := make([]group, l.N)
-	var all []*core.View
 	for i := range groups {
-		vs := make([]*core.View, len(lists))
+		vs := all[i*nl : (i+1)*nl]
 		for k, li := range lists {
-			name := li.name + "[" + itoa(i) + "]"
-			v, err := core.Check(name, at(li.ptr, i))
-			if err != nil {
-				return nil, err
-			}
-			if err := core.WantContiguous(&v); err != nil {
-				return nil, err
-			}
-			if k > 0 {
-				if err := core.SameShape(vs[0], &v); err != nil {
-					return nil, err
+			v := &views[i*nl+k]
+			vs[k] = v
+			if err := checkOne(v, li.name, at(li.ptr, i), k, vs[0]); err != nil {
+				// messages name the tensor by list and index; built only on failure
+				_, named := core.Check(li.name+"["+strconv.Itoa(i)+"]", at(li.ptr, i))
+				if named == nil {
+					named = core.Errorf(core.StatusOf(err), "%s[%d]: %v", li.name, i, err)
 				}
+				return nil, named
 			}
-			if k >= 2 {
-				if err := core.WantDType(&v, core.F32); err != nil {
-					return nil, core.Errorf(core.ErrUnsupportedDType, "%s (optimizer state is float32 only)", err)
-				}
-			}
-			vs[k] = &v
 		}
 		if err := core.SameDType(vs[0], vs[1]); err != nil {
-			return nil, err
+			return nil, core.Errorf(core.StatusOf(err), "grads[%d] is %s but params[%d] is %s (mixed dtypes)", i, vs[1].DType, i, vs[0].DType)
 		}
 		g := group{p: vs[0], g: vs[1], m: vs[2], v: vs[3]}
-		if len(vs) > 4 {
+		if nl > 4 {
 			g.vmax = vs[4]
 		}
 		groups[i] = g
-		all = append(all, vs...)
 	}
 	if err := core.SameDevice(all...); err != nil {
 		return nil, err
@@ -149,37 +142,55 @@ func validate(c *Config, l Lists, enc unsafe.Pointer) ([]group, error) {
 	if all[0].DeviceType == core.DeviceCPU && enc != nil {
 		return nil, core.Errorf(core.ErrInvalidArgument, "encoder must be NULL for CPU tensors")
 	}
-	return groups, noOverlap(all)
+	return groups, noOverlap(all, nl)
 }
 
-// noOverlap rejects any two tensors of the call sharing memory: sorted by
-// start, each must end before the next begins.
-func noOverlap(vs []*core.View) error {
-	type ext struct {
-		lo, hi uintptr
-		v      *core.View
+// checkOne validates tensor t of list k into v: a descriptor of its own,
+// contiguous, shaped like the param p, float32 for the state lists.
+func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) error {
+	var err error
+	if *v, err = core.Check(name, t); err != nil {
+		return err
 	}
-	es := make([]ext, 0, len(vs))
-	for _, v := range vs {
-		if v.N > 0 {
-			lo, hi := v.Extent()
-			es = append(es, ext{lo, hi, v})
+	if err := core.WantContiguous(v); err != nil {
+		return err
+	}
+	if k > 0 {
+		if err := core.SameShape(p, v); err != nil {
+			return err
 		}
 	}
-	sort.Slice(es, func(i, j int) bool { return es[i].lo < es[j].lo })
-	for i := 1; i < len(es); i++ {
-		if es[i].lo < es[i-1].hi {
-			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", es[i].v.Name, es[i-1].v.Name)
+	if k >= 2 {
+		if err := core.WantDType(v, core.F32); err != nil {
+			return core.Errorf(core.ErrUnsupportedDType, "%s (optimizer state is float32 only)", err)
 		}
 	}
 	return nil
 }
 
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
+// noOverlap rejects any two tensors of the call sharing memory: sorted by
+// start, each must end before the next begins. vs holds nl views per
+// parameter, in list order.
+func noOverlap(vs []*core.View, nl int) error {
+	type ext struct {
+		lo, hi uintptr
+		at     int // index into vs
 	}
-	return itoa(i/10) + string(rune('0'+i%10))
+	es := make([]ext, 0, len(vs))
+	for i, v := range vs {
+		if v.N > 0 {
+			lo, hi := v.Extent()
+			es = append(es, ext{lo, hi, i})
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].lo < es[j].lo })
+	name := func(at int) string { return vs[at].Name + "[" + strconv.Itoa(at/nl) + "]" }
+	for i := 1; i < len(es); i++ {
+		if es[i].lo < es[i-1].hi {
+			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", name(es[i].at), name(es[i-1].at))
+		}
+	}
+	return nil
 }
 
 // Step takes one AdamW step on every tensor of the lists.

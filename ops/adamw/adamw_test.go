@@ -20,7 +20,7 @@ type set struct {
 	rp, rm, rv, rx     [][]float64
 }
 
-func newSet(t *testing.T, dt core.DType, sizes []int64, amsgrad bool) *set {
+func newSet(t testing.TB, dt core.DType, sizes []int64, amsgrad bool) *set {
 	s := &set{}
 	rng := tu.RNG(t)
 	for _, n := range sizes {
