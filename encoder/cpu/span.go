@@ -32,6 +32,9 @@ func (s Span) f32(off, n int) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Add(s.P, off*4)), n)
 }
 
+// U16 views elements [off, off+n) of 16-bit memory as their bit patterns.
+func (s Span) U16(off, n int) []uint16 { return s.u16(off, n) }
+
 func (s Span) u16(off, n int) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Add(s.P, off*2)), n)
 }

@@ -75,7 +75,11 @@ func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint6
 		return elementwiseCUDA(kernel, enc, []*core.View{xv, yv}, extra...)
 	}
 	f := pick(cpu.K())
-	elementwise(yv, xv, nil, func(dst, a, _ []float32) { f(dst, a) })
+	if xv.DType != core.F32 { // every 16-bit input has its answer in a table
+		elementwise(yv, xv, nil, forwardTable(lutKey(kernel, extra), xv.DType, f))
+		return nil
+	}
+	elementwise(yv, xv, nil, floatChunks(func(dst, a, _ []float32) { f(dst, a) }))
 	return nil
 }
 
@@ -92,15 +96,31 @@ func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, extra [
 	if xv.DeviceType == core.DeviceCUDA {
 		return elementwiseCUDA(kernel, enc, []*core.View{dyv, xv, dxv}, extra...)
 	}
-	elementwise(dxv, dyv, xv, pick(cpu.K()))
+	f := pick(cpu.K())
+	if xv.DType != core.F32 {
+		elementwise(dxv, dyv, xv, gradTable(lutKey(kernel, extra), xv.DType, f))
+		return nil
+	}
+	elementwise(dxv, dyv, xv, floatChunks(f))
 	return nil
 }
 
-// elementwise runs f(out, a, b) chunk by chunk over every element (b may be
-// nil). Contiguous tensors are cut into Chunk-long segments regardless of
-// their shape, so a tensor with short rows still vectorizes; otherwise the
-// segments are rows.
-func elementwise(out, a, b *core.View, f func(dst, a, b []float32)) {
+// chunkFn computes elements [off, off+m) of o from a and b (b may be absent).
+type chunkFn func(o, a, b cpu.Span, off, m int, s *cpu.Scratch)
+
+// floatChunks runs f on float32 views of each chunk.
+func floatChunks(f func(dst, a, b []float32)) chunkFn {
+	return func(o, a, b cpu.Span, off, m int, s *cpu.Scratch) {
+		dst := o.Out(off, s.Buf(2, m))
+		f(dst, a.Load(off, s.Buf(0, m)), b.Load(off, s.Buf(1, m)))
+		o.Store(off, dst)
+	}
+}
+
+// elementwise runs f chunk by chunk over every element. Contiguous tensors
+// are cut into Chunk-long segments regardless of their shape, so a tensor
+// with short rows still vectorizes; otherwise the segments are rows.
+func elementwise(out, a, b *core.View, f chunkFn) {
 	if out.N == 0 {
 		return
 	}
@@ -124,10 +144,7 @@ func elementwise(out, a, b *core.View, f func(dst, a, b []float32)) {
 			}
 			o, sa, sb := seg(out, i), seg(a, i), seg(b, i)
 			for off := 0; off < n; off += cpu.Chunk {
-				m := min(cpu.Chunk, n-off)
-				dst := o.Out(off, s.Buf(2, m))
-				f(dst, sa.Load(off, s.Buf(0, m)), sb.Load(off, s.Buf(1, m)))
-				o.Store(off, dst)
+				f(o, sa, sb, off, min(cpu.Chunk, n-off), s)
 			}
 		}
 	})

@@ -1,0 +1,86 @@
+package activation
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/internal/core"
+)
+
+// A 16-bit input has 65,536 possible values, so on the CPU an activation of
+// a float16 or bfloat16 tensor is a table lookup: the table holds what the
+// float32 kernel computes for every value (rounded to the dtype for the
+// forward pass, the float32 derivative for the backward one). Same results,
+// no transcendental arithmetic per element. Tables are built on first use
+// with the kernels active then.
+
+type table struct {
+	once sync.Once
+	fwd  *[1 << 16]uint16  // y for each input bit pattern (arrays: a uint16
+	grad *[1 << 16]float32 // index needs no bounds check)
+}
+
+var tables sync.Map // "<kernel>/<extra>/<dtype>" -> *table
+
+func lutKey(kernel string, extra []uint64) string { return fmt.Sprint(kernel, extra) }
+
+func tableFor(key string, dt core.DType) *table {
+	t, _ := tables.LoadOrStore(fmt.Sprint(key, "/", dt), &table{})
+	return t.(*table)
+}
+
+// allInputs is every bit pattern of dt, widened to float32.
+func allInputs(dt core.DType) []float32 {
+	bits := make([]uint16, 1<<16)
+	for i := range bits {
+		bits[i] = uint16(i)
+	}
+	x := make([]float32, len(bits))
+	cpu.Span{P: unsafePtr(bits), DT: dt}.Load(0, x)
+	return x
+}
+
+// forwardTable is a chunk function looking y up by x's bit pattern.
+func forwardTable(key string, dt core.DType, f func(dst, x []float32)) chunkFn {
+	t := tableFor(key, dt)
+	t.once.Do(func() {
+		x := allInputs(dt)
+		f(x, x)
+		t.fwd = new([1 << 16]uint16)
+		cpu.Span{P: unsafePtr(t.fwd[:]), DT: dt}.Store(0, x)
+	})
+	return func(o, a, _ cpu.Span, off, m int, _ *cpu.Scratch) {
+		in, out, fwd := a.U16(off, m), o.U16(off, m), t.fwd
+		out = out[:len(in)]
+		for i, h := range in {
+			out[i] = fwd[h]
+		}
+	}
+}
+
+// gradTable is a chunk function computing dx = dy * f'(x) with f'(x) looked
+// up by x's bit pattern (a: dy, b: x).
+func gradTable(key string, dt core.DType, f func(dst, dy, x []float32)) chunkFn {
+	t := tableFor(key+"/grad", dt)
+	t.once.Do(func() {
+		x := allInputs(dt)
+		ones := make([]float32, len(x))
+		for i := range ones {
+			ones[i] = 1
+		}
+		t.grad = new([1 << 16]float32)
+		f(t.grad[:], ones, x)
+	})
+	return func(o, a, b cpu.Span, off, m int, s *cpu.Scratch) {
+		g, grad := s.Buf(2, m), t.grad
+		for i, h := range b.U16(off, m) {
+			g[i] = grad[h]
+		}
+		cpu.K().Mul(g, g, a.Load(off, s.Buf(0, m)))
+		o.Store(off, g)
+	}
+}
+
+func unsafePtr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
