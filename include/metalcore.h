@@ -152,6 +152,19 @@ mc_status mc_adamw_step(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor
                         const mc_tensor* const* grads, mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs,
                         mc_tensor* const* max_exp_avg_sqs /* NULL unless amsgrad */, void* encoder);
 
+/* ---- QR ---------------------------------------------------------------------
+ * Householder QR of every matrix of a [..., m, n], k = min(m, n), computed in
+ * float32 (norms in float64), stored in a's dtype. REDUCED: q [..., m, k],
+ * r [..., k, n]; COMPLETE: q [..., m, m], r [..., m, n]; R: q NULL,
+ * r [..., k, n]. LAPACK's sign convention (r's diagonal may be negative);
+ * r's lower triangle is written as exact zeros. a, q, r contiguous; a is not
+ * modified. CPU only in this build; the CPU needs no workspace (size 0,
+ * workspace may be NULL). */
+enum { MC_QR_REDUCED = 0, MC_QR_COMPLETE = 1, MC_QR_R = 2 };
+mc_status mc_qr_workspace_size(const mc_tensor* a, int32_t mode, int64_t* bytes);
+mc_status mc_qr(const mc_tensor* a, int32_t mode, mc_tensor* q, mc_tensor* r,
+                mc_tensor* workspace /* NULL when the size is 0 */, void* encoder);
+
 /* ---- CUDA ------------------------------------------------------------------
  * Compile and load every kernel for device_id now, in the context current
  * on this thread or else the device's primary context. Call it before

@@ -32,7 +32,7 @@ static int failures;
     X(mc_rmsnorm_fwd) X(mc_rmsnorm_bwd_workspace_size) X(mc_rmsnorm_bwd)            \
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
-    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step)
+    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -305,6 +305,32 @@ static void check_adamw(void) {
     free(before);
 }
 
+/* QR of a 5x3 matrix: q r reproduces a, q's columns orthonormal. */
+static void check_qr(void) {
+    tensor a = make(F32, 2, 5, 3), q = make(F32, 2, 5, 3), r = make(F32, 2, 3, 3);
+    fill(&a, 1);
+    int64_t bytes = -1;
+    CHECK(p_mc_qr_workspace_size(&a.t, MC_QR_REDUCED, &bytes) == MC_OK && bytes == 0, "qr workspace size");
+    CHECK(p_mc_qr(&a.t, MC_QR_REDUCED, &q.t, &r.t, NULL, NULL) == MC_OK, "qr: %s", p_mc_last_error());
+    double err = 0, orth = 0;
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 3; j++) {
+            double s = 0;
+            for (int l = 0; l < 3; l++) s += get(&q, i * 3 + l) * get(&r, l * 3 + j);
+            err = fmax(err, fabs(s - get(&a, i * 3 + j)));
+        }
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            double s = 0;
+            for (int l = 0; l < 5; l++) s += get(&q, l * 3 + i) * get(&q, l * 3 + j);
+            orth = fmax(orth, fabs(s - (i == j)));
+        }
+    CHECK(err < 1e-5 && orth < 1e-5, "qr: reconstruction %g, orthogonality %g", err, orth);
+    CHECK(get(&r, 3) == 0 && get(&r, 6) == 0 && get(&r, 7) == 0, "qr: r not upper triangular");
+    CHECK(p_mc_qr(&a.t, MC_QR_R, &q.t, &r.t, NULL, NULL) == MC_ERR_INVALID_ARGUMENT, "qr: q given in r mode");
+    free(a.mem), free(q.mem), free(r.mem);
+}
+
 static void check_bad_inputs(void) {
     tensor x = make(F32, 2, 4, 8), w = make(F32, 1, 0, 8), y = make(F32, 2, 4, 8);
     fill(&x, 1);
@@ -425,6 +451,7 @@ int main(int argc, char** argv) {
         }
     }
     check_adamw();
+    check_qr();
     check_bad_inputs();
     check_thread_local_errors();
     check_fork();

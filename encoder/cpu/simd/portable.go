@@ -51,6 +51,7 @@ var Portable = Table{
 		}
 	},
 	AdamW:        adamW,
+	Reflect:      reflect,
 	GeluErf:      unary(GeluErf32),
 	GeluTanh:     unary(GeluTanh32),
 	Silu:         unary(Silu32),
@@ -142,5 +143,22 @@ func adamW(h *AdamW, p, g, m, v, vmax []float32) {
 		}
 		denom := float32(math.Sqrt(float64(vi)))*h.InvBC2Sqrt + h.Eps
 		p[i] = p[i]*h.Decay - h.StepSize*m[i]/denom
+	}
+}
+
+func reflect(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32) {
+	w = w[:cols]
+	clear(w)
+	for i := range rows {
+		row, vi := a[i*ld:i*ld+cols], v[i]
+		for c := range w {
+			w[c] += vi * row[c]
+		}
+	}
+	for i := range rows {
+		row, s := a[i*ld:i*ld+cols], -tau*v[i]
+		for c := range w {
+			row[c] += s * w[c]
+		}
 	}
 }

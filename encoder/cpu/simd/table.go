@@ -28,6 +28,11 @@ type Table struct {
 	SoftmaxGrad func(dst, y, dy []float32, d float32)
 	// FMAcc is acc += a * b * s.
 	FMAcc func(acc, a, b []float32, s float32)
+	// Reflect applies the Householder reflector I - tau*v*v^T from the left
+	// to the rows x cols block at a (row stride ld): w = v^T a (w: cols
+	// floats of scratch), then a -= tau * v * w. v must have 3 elements of
+	// padding after its rows values (vector loads).
+	Reflect func(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32)
 	// AdamW takes one AdamW step in place on param p with gradient g and
 	// moments m, v (vmax: the running maximum of v under amsgrad, else nil).
 	AdamW func(h *AdamW, p, g, m, v, vmax []float32)

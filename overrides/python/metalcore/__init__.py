@@ -6,7 +6,7 @@ overrides of torch.nn.functional.
     with metalcore.pytorch_overrides():
         model(x)
 """
-from . import nn, optim
+from . import linalg, nn, optim
 from ._lib import MetalcoreError, available, lib
 from ._ops import fused_add_rms_norm, gelu, layer_norm, rms_norm, silu, softmax
 from ._overrides import (ALL, DEFAULTS, disable_pytorch_overrides, enable_pytorch_overrides,
@@ -21,5 +21,5 @@ def backends():
 
 
 __all__ = ["ALL", "DEFAULTS", "MetalcoreError", "backends", "disable_pytorch_overrides",
-           "enable_pytorch_overrides", "fused_add_rms_norm", "gelu", "layer_norm", "nn", "optim",
+           "enable_pytorch_overrides", "fused_add_rms_norm", "gelu", "layer_norm", "linalg", "nn", "optim",
            "pytorch_overrides", "rms_norm", "silu", "softmax"]

@@ -1,18 +1,19 @@
-"""Patching torch.nn.functional with metalcore, and putting it back."""
+"""Patching torch.nn.functional (and torch.linalg.qr) with metalcore, and
+putting the originals back."""
 import contextlib
 
 import torch
 import torch.nn.functional as F
 
-from . import _ops
+from . import _ops, linalg
 
 # Measured faster than PyTorch's own on that device (bench/cpu.md against
 # Debian's PyTorch 1.13; bench/cuda.md against PyTorch 2.11 on an H100).
 DEFAULTS = {
-    "cpu": {"rms_norm", "layer_norm", "softmax", "gelu", "silu"},
+    "cpu": {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"},
     "cuda": {"rms_norm", "softmax"},
 }
-ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu"}
+ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
 
 _originals = {}
 _enabled = {}  # op -> set of device types
@@ -63,7 +64,20 @@ def _silu(orig):
     return silu
 
 
-_WRAPPERS = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax, "gelu": _gelu, "silu": _silu}
+def _qr(orig):
+    def qr(A, mode="reduced", *, out=None):
+        if _on("qr", A) and out is None and linalg.takes(A, mode):
+            return torch.return_types.linalg_qr(linalg.qr_unchecked(A, mode))
+        if out is not None:
+            return orig(A, mode, out=out)
+        return orig(A, mode)
+    return qr
+
+
+_WRAPPERS = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax, "gelu": _gelu, "silu": _silu,
+             "qr": _qr}
+# where each patched function lives
+_MODULES = {"qr": torch.linalg}
 
 
 def _on(op, t):
@@ -78,18 +92,19 @@ def enable_pytorch_overrides(ops=None):
             devices = {d for d, names in DEFAULTS.items() if op in names}
         else:
             devices = {"cpu", "cuda"} if op in ops else set()
-        if not devices or not hasattr(F, op):  # e.g. F.rms_norm before PyTorch 2.4
+        module = _MODULES.get(op, F)
+        if not devices or not hasattr(module, op):  # e.g. F.rms_norm before PyTorch 2.4
             continue
         _enabled[op] = devices
         if op not in _originals:
-            _originals[op] = getattr(F, op)
-            setattr(F, op, _WRAPPERS[op](_originals[op]))
+            _originals[op] = getattr(module, op)
+            setattr(module, op, _WRAPPERS[op](_originals[op]))
 
 
 def disable_pytorch_overrides():
     """Puts back the exact original functions."""
     for op, orig in _originals.items():
-        setattr(F, op, orig)
+        setattr(_MODULES.get(op, F), op, orig)
     _originals.clear()
     _enabled.clear()
 

@@ -31,6 +31,7 @@ var Table = simd.Table{
 	SoftmaxGrad:  softmaxGrad,
 	FMAcc:        fmAcc,
 	AdamW:        adamW,
+	Reflect:      reflect,
 	GeluErf:      unary(geluErfV),
 	GeluTanh:     unary(geluTanhV),
 	Silu:         unary(siluV),
@@ -513,6 +514,42 @@ func adamW(h *simd.AdamW, p, g, m, v, vmax []float32) {
 		storePart(vv, v[n:])
 		if vmax != nil {
 			storePart(xv, vmax[n:])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// reflect is simd.Portable.Reflect with the row loops vectorized; v's
+// scalars are broadcast one row at a time (v is read as a vector of one).
+func reflect(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32) {
+	w = w[:cols]
+	n := full(cols)
+	for c := 0; c < cols; c += W {
+		if c < n {
+			store(zero(), w[c:])
+		} else {
+			storePart(zero(), w[c:])
+		}
+	}
+	for i := range rows {
+		row, vi := a[i*ld:i*ld+cols], broadcastAt(v, i)
+		c := 0
+		for ; c < n; c += W {
+			store(load(row[c:]).MulAdd(vi, load(w[c:])), w[c:])
+		}
+		if c < cols {
+			storePart(loadPart(row[c:]).MulAdd(vi, loadPart(w[c:])), w[c:])
+		}
+	}
+	nt := splat(-tau)
+	for i := range rows {
+		row, s := a[i*ld:i*ld+cols], broadcastAt(v, i).Mul(nt)
+		c := 0
+		for ; c < n; c += W {
+			store(load(w[c:]).MulAdd(s, load(row[c:])), row[c:])
+		}
+		if c < cols {
+			storePart(loadPart(w[c:]).MulAdd(s, loadPart(row[c:])), row[c:])
 		}
 	}
 	archsimd.ClearAVXUpperBits()

@@ -53,3 +53,7 @@ func lanes(n int) archsimd.Mask32x8 {
 // recip is 1/q without a division: VRCPPS's 12-bit estimate and two Newton
 // steps.
 func recip(q vf) vf { return newton(q, newton(q, q.Reciprocal())) }
+
+// broadcastAt is s[i] in every lane, loaded as part of a 4-lane vector so
+// that no scalar float instruction runs (s needs 3 elements after i).
+func broadcastAt(s []float32, i int) vf { return archsimd.LoadFloat32x4Slice(s[i:]).Broadcast1To8() }

@@ -46,3 +46,7 @@ func lanes(n int) archsimd.Mask32x16 {
 // recip is 1/q without a division: VRCP14PS's 14-bit estimate and one
 // Newton step.
 func recip(q vf) vf { return newton(q, q.Reciprocal()) }
+
+// broadcastAt is s[i] in every lane, loaded as part of a 4-lane vector so
+// that no scalar float instruction runs (s needs 3 elements after i).
+func broadcastAt(s []float32, i int) vf { return archsimd.LoadFloat32x4Slice(s[i:]).Broadcast1To16() }

@@ -1,0 +1,52 @@
+"""QR on the CPU: metalcore.linalg.qr against torch.linalg.qr (this machine's
+PyTorch, LAPACK underneath) on the same inputs in the same run, reduced mode
+(Q and R). GFLOP/s counts 2mn^2 - 2n^3/3 for R plus as much for forming Q.
+Run from the repository root: python3 bench/qr_bench.py [out.md]"""
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, "overrides/python")
+import metalcore  # noqa: E402
+
+SHAPES = [(2000, 32, 32), (200, 128, 128), (1, 1024, 1024), (1, 2048, 512)]
+
+
+def best_ms(fn, reps=5):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2] * 1e3
+
+
+def main():
+    lines = []
+
+    def emit(s):
+        print(s, flush=True)
+        lines.append(s)
+
+    emit("# QR benchmark (CPU)")
+    emit("")
+    emit(f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads), metalcore {metalcore.__version__}, "
+         "float32, reduced mode (Q and R), median of 5 runs.")
+    emit("")
+    emit("| batch × m × n | metalcore ms | GFLOP/s | torch ms | GFLOP/s | speed-up |")
+    emit("|---|---:|---:|---:|---:|---:|")
+    for b, m, n in SHAPES:
+        a = torch.randn(b, m, n)
+        flops = b * 2 * (2 * m * n * n - 2 * n ** 3 / 3)
+        t_mc = best_ms(lambda: metalcore.linalg.qr(a))
+        t_th = best_ms(lambda: torch.linalg.qr(a))
+        emit(f"| {b}×{m}×{n} | {t_mc:.1f} | {flops / t_mc / 1e6:.1f} | {t_th:.1f} | {flops / t_th / 1e6:.1f} | "
+             f"{t_th / t_mc:.2f}× |")
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+main()

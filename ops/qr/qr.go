@@ -1,0 +1,219 @@
+// Package qr is batched Householder QR of a [..., m, n]: validation, the CPU
+// kernel (one matrix per worker, the reflector applications vectorized), and
+// the checks the tests make in float64.
+package qr
+
+import (
+	"math"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/internal/core"
+)
+
+// Modes, as the header's MC_QR_*.
+const (
+	Reduced  = 0 // q [..., m, k], r [..., k, n]
+	Complete = 1 // q [..., m, m], r [..., m, n]
+	ROnly    = 2 // q NULL, r [..., k, n]
+)
+
+// shapes are what a and mode ask for.
+type shapes struct {
+	batch, m, n, k, qCols, rRows int
+}
+
+func (s shapes) rShape(a *core.View) []int64 {
+	return append(append([]int64(nil), a.Shape[:len(a.Shape)-2]...), int64(s.rRows), int64(s.n))
+}
+
+func (s shapes) qShape(a *core.View) []int64 {
+	return append(append([]int64(nil), a.Shape[:len(a.Shape)-2]...), int64(s.m), int64(s.qCols))
+}
+
+func inputShapes(a *core.View, mode int32) (shapes, error) {
+	var s shapes
+	if len(a.Shape) < 2 {
+		return s, core.Errorf(core.ErrInvalidArgument, "a has %d dimensions; QR needs [..., m, n]", len(a.Shape))
+	}
+	if mode < Reduced || mode > ROnly {
+		return s, core.Errorf(core.ErrInvalidArgument, "mode is %d; it must be 0 (reduced), 1 (complete) or 2 (r)", mode)
+	}
+	nd := len(a.Shape)
+	s.m, s.n = int(a.Shape[nd-2]), int(a.Shape[nd-1])
+	s.k = min(s.m, s.n)
+	s.batch = 1
+	for _, d := range a.Shape[:nd-2] {
+		s.batch *= int(d)
+	}
+	s.qCols, s.rRows = s.k, s.k
+	if mode == Complete {
+		s.qCols, s.rRows = s.m, s.m
+	}
+	return s, nil
+}
+
+func wantShape(v *core.View, want []int64) error {
+	if len(v.Shape) != len(want) {
+		return core.Errorf(core.ErrInvalidArgument, "%s has shape %v, want %v", v.Name, v.Shape, want)
+	}
+	for i := range want {
+		if v.Shape[i] != want[i] {
+			return core.Errorf(core.ErrInvalidArgument, "%s has shape %v, want %v", v.Name, v.Shape, want)
+		}
+	}
+	return nil
+}
+
+// WorkspaceSize is the workspace mc_qr needs: none on the CPU (each worker
+// keeps its matrix in its own scratch).
+func WorkspaceSize(a *core.Tensor, mode int32) (int64, error) {
+	var c core.Call
+	av := c.In("a", a)
+	c.Check(func() error { _, err := inputShapes(av, mode); return err })
+	return 0, c.Done(nil)
+}
+
+// QR factors every matrix of a: a = q r, q with orthonormal columns, r upper
+// triangular (LAPACK's signs: r's diagonal may be negative).
+func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Pointer) error {
+	var c core.Call
+	av := c.In("a", a)
+	var s shapes
+	c.Check(func() (err error) { s, err = inputShapes(av, mode); return })
+	var qv *core.View
+	if mode == ROnly {
+		if q != nil {
+			c.Fail(core.Errorf(core.ErrInvalidArgument, "q must be NULL in mode 2 (r only)"))
+		}
+	} else {
+		qv = c.Out("q", q)
+	}
+	rv := c.Out("r", r)
+	c.Workspace("workspace", workspace, 0)
+	c.Check(func() error {
+		if qv != nil {
+			if err := wantShape(qv, s.qShape(av)); err != nil {
+				return err
+			}
+		}
+		return wantShape(rv, s.rShape(av))
+	})
+	c.Check(func() error { return core.SameDType(av, rv) })
+	c.Check(func() error {
+		if qv == nil {
+			return nil
+		}
+		return core.SameDType(av, qv)
+	})
+	c.Check(func() error {
+		for _, v := range []*core.View{av, qv, rv} {
+			if v != nil {
+				if err := core.WantContiguous(v); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err := c.Done(enc); err != nil {
+		return err
+	}
+	if av.DeviceType == core.DeviceCUDA {
+		return core.Errorf(core.ErrUnsupportedDevice, "QR on CUDA tensors is not implemented yet (CPU only)")
+	}
+	if s.batch == 0 || (s.m == 0 && s.n == 0) {
+		return nil
+	}
+	cpu.Parallel(s.batch, 1, func(lo, hi int, sc *cpu.Scratch) {
+		for b := lo; b < hi; b++ {
+			factor(s, b, av, qv, rv, sc)
+		}
+	})
+	return nil
+}
+
+// Scratch slots.
+const (
+	bufA = iota
+	bufV
+	bufW
+	bufTau
+	bufQ
+	bufR
+)
+
+// factor computes matrix b: Householder vectors below the diagonal of a
+// float32 copy (LAPACK's geqr2), then q by applying them backwards to the
+// identity (org2r), then the outputs in the dtype.
+func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
+	k := cpu.K()
+	m, n := s.m, s.n
+	a := sc.Buf(bufA, m*n)
+	copy(a, cpu.Span{P: av.Base, DT: av.DType}.At(b*m*n).Load(0, a))
+	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
+	w := sc.Buf(bufW, max(m, n))
+	tau := sc.Buf(bufTau, s.k)
+	for j := range s.k {
+		tau[j] = householder(a, m, n, j)
+		if tau[j] != 0 && j+1 < n {
+			column(a, m, n, j, v)
+			k.Reflect(a[j*n+j+1:], n, m-j, n-j-1, v, tau[j], w)
+		}
+	}
+	rr := sc.Buf(bufR, s.rRows*n)
+	clear(rr)
+	for i := range min(s.rRows, s.k) {
+		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
+	}
+	cpu.Span{P: rv.Base, DT: rv.DType}.At(b*s.rRows*n).Store(0, rr)
+	if qv == nil {
+		return
+	}
+	qc := s.qCols
+	qm := sc.Buf(bufQ, m*qc)
+	clear(qm)
+	for i := range min(m, qc) {
+		qm[i*qc+i] = 1
+	}
+	for j := s.k - 1; j >= 0; j-- {
+		if tau[j] != 0 {
+			column(a, m, n, j, v)
+			k.Reflect(qm[j*qc+j:], qc, m-j, qc-j, v, tau[j], w)
+		}
+	}
+	cpu.Span{P: qv.Base, DT: qv.DType}.At(b*m*qc).Store(0, qm)
+}
+
+// householder makes the reflector that zeroes column j below the diagonal
+// (LAPACK's slarfg): it leaves beta on the diagonal, the vector's tail below
+// it, and returns tau (0: the column is already zero, no reflection). The
+// norm is taken in float64, so columns of 1e-30 or 1e30 neither underflow
+// nor overflow.
+func householder(a []float32, m, n, j int) float32 {
+	alpha := float64(a[j*n+j])
+	var ss float64
+	for i := j + 1; i < m; i++ {
+		x := float64(a[i*n+j])
+		ss += x * x
+	}
+	if ss == 0 {
+		return 0
+	}
+	beta := -math.Copysign(math.Hypot(alpha, math.Sqrt(ss)), alpha)
+	scale := 1 / (alpha - beta)
+	for i := j + 1; i < m; i++ {
+		a[i*n+j] = float32(float64(a[i*n+j]) * scale)
+	}
+	a[j*n+j] = float32(beta)
+	return float32((beta - alpha) / beta)
+}
+
+// column gathers reflector j (1, then the tail stored below the diagonal)
+// into v.
+func column(a []float32, m, n, j int, v []float32) {
+	v[0] = 1
+	for i := 1; i < m-j; i++ {
+		v[i] = a[(j+i)*n+j]
+	}
+}

@@ -1,0 +1,220 @@
+package qr
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+)
+
+// kind of test matrix
+type kind int
+
+const (
+	random kind = iota
+	rankDeficient
+	zeros
+	identity
+	tiny // scaled by 1e-30
+	huge // scaled by 1e30
+)
+
+func values(rng *rand.Rand, k kind, batch, m, n int) []float64 {
+	v := make([]float64, batch*m*n)
+	for b := range batch {
+		for i := range m {
+			for j := range n {
+				x := rng.NormFloat64()
+				switch k {
+				case rankDeficient: // rank <= 2: every column a mix of the first two
+					x = float64(j%3-1)*math.Sin(float64(i+b)) + float64(j%2)*math.Cos(float64(3*i))
+				case zeros:
+					x = 0
+				case identity:
+					x = 0
+					if i == j {
+						x = 1
+					}
+				case tiny:
+					x *= 1e-30
+				case huge:
+					x *= 1e30
+				}
+				v[(b*m+i)*n+j] = x
+			}
+		}
+	}
+	return v
+}
+
+// check verifies one factorization in float64: r upper triangular with exact
+// zeros below the diagonal, ||q r - a|| / ||a|| and ||q^T q - I|| within a
+// bound proportional to the size times float32's precision, plus the
+// rounding of the outputs to their dtype (eps).
+func check(t *testing.T, what string, a, q, r []float64, batch, m, n, qc, rr int, eps float64) {
+	t.Helper()
+	for b := range batch {
+		A := a[b*m*n : (b+1)*m*n]
+		R := r[b*rr*n : (b+1)*rr*n]
+		for i := range rr {
+			for j := range min(i, n) {
+				require.Equal(t, 0.0, R[i*n+j], "%s: r[%d][%d] below the diagonal", what, i, j)
+			}
+		}
+		if q == nil {
+			continue
+		}
+		Q := q[b*m*qc : (b+1)*m*qc]
+		var num, den, orth float64
+		for i := range m {
+			for j := range n {
+				var s float64
+				for l := range min(qc, rr) {
+					s += Q[i*qc+l] * R[l*n+j]
+				}
+				num += (s - A[i*n+j]) * (s - A[i*n+j])
+				den += A[i*n+j] * A[i*n+j]
+			}
+		}
+		for i := range qc {
+			for j := range qc {
+				var s float64
+				for l := range m {
+					s += Q[l*qc+i] * Q[l*qc+j]
+				}
+				if i == j {
+					s--
+				}
+				orth = math.Max(orth, math.Abs(s))
+			}
+		}
+		bound := 10*float64(max(m, n))/(1<<24) + 4*eps // float32 arithmetic, then rounding to the dtype
+		if den > 0 {
+			require.LessOrEqual(t, math.Sqrt(num/den), bound, "%s: ||QR - A|| / ||A||", what)
+		} else {
+			require.LessOrEqual(t, math.Sqrt(num), 0.0, "%s: QR of zero", what)
+		}
+		require.LessOrEqual(t, orth, bound, "%s: ||Q^T Q - I||", what)
+	}
+}
+
+// eps is the relative precision of results stored in dt (computed in float32).
+func eps(dt core.DType) float64 {
+	switch dt {
+	case core.BF16:
+		return 1.0 / 256
+	case core.F16:
+		return 1.0 / 2048
+	}
+	return 1.0 / (1 << 24)
+}
+
+func TestFactorizations(t *testing.T) {
+	tu.ForEachISA(t, func(t *testing.T) {
+		rng := tu.RNG(t)
+		for _, dt := range tu.DTypes {
+			for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {1, 33, 17}, {4, 16, 16}, {1, 64, 130}, {1, 129, 65}} {
+				batch, m, n := sh[0], sh[1], sh[2]
+				for _, k := range []kind{random, rankDeficient, zeros, identity, tiny, huge} {
+					if dt == core.F16 && (k == tiny || k == huge) {
+						continue // outside float16's range
+					}
+					for _, mode := range []int32{Reduced, Complete, ROnly} {
+						what := fmt.Sprintf("%s batch %d %dx%d kind %d mode %d", dt, batch, m, n, k, mode)
+						kk := min(m, n)
+						qc, rr := kk, kk
+						if mode == Complete {
+							qc, rr = m, m
+						}
+						a := tu.New(dt, []int64{int64(batch), int64(m), int64(n)})
+						av := a.Set(values(rng, k, batch, m, n)).Values()
+						r := tu.New(dt, []int64{int64(batch), int64(rr), int64(n)})
+						var q *tu.Tensor
+						var qp *core.Tensor
+						if mode != ROnly {
+							q = tu.New(dt, []int64{int64(batch), int64(m), int64(qc)})
+							qp = q.Ptr()
+						}
+						before := a.Bytes()
+						require.NoError(t, QR(a.Ptr(), mode, qp, r.Ptr(), nil, nil), what)
+						require.Equal(t, before, a.Bytes(), "%s: a was modified", what)
+						var qs []float64
+						if q != nil {
+							qs = q.Values()
+						}
+						check(t, what, av, qs, r.Values(), batch, m, n, qc, rr, eps(dt))
+						if mode == ROnly { // r-only equals the reduced factorization's r
+							r2, q2 := tu.New(dt, []int64{int64(batch), int64(kk), int64(n)}), tu.New(dt, []int64{int64(batch), int64(m), int64(kk)})
+							require.NoError(t, QR(a.Ptr(), Reduced, q2.Ptr(), r2.Ptr(), nil, nil))
+							require.Equal(t, r2.Values(), r.Values(), what)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// LAPACK's sign convention: the diagonal of r is -sign(a11) * norm for the
+// first column.
+func TestSignConvention(t *testing.T) {
+	a := tu.New(core.F32, []int64{2, 2}).Set([]float64{3, 1, 4, 2})
+	r := tu.New(core.F32, []int64{2, 2})
+	require.NoError(t, QR(a.Ptr(), ROnly, nil, r.Ptr(), nil, nil))
+	require.InDelta(t, -5.0, r.Values()[0], 1e-6)
+}
+
+func TestBadInputs(t *testing.T) {
+	a := tu.New(core.F32, []int64{2, 4, 3}).Set(make([]float64, 24))
+	q, r := tu.New(core.F32, []int64{2, 4, 3}), tu.New(core.F32, []int64{2, 3, 3})
+	for _, c := range []struct {
+		name string
+		want core.Status
+		run  func() error
+	}{
+		{"1-D a", core.ErrInvalidArgument, func() error {
+			x := tu.New(core.F32, []int64{4})
+			return QR(x.Ptr(), ROnly, nil, r.Ptr(), nil, nil)
+		}},
+		{"bad mode", core.ErrInvalidArgument, func() error { return QR(a.Ptr(), 3, q.Ptr(), r.Ptr(), nil, nil) }},
+		{"q in r mode", core.ErrInvalidArgument, func() error { return QR(a.Ptr(), ROnly, q.Ptr(), r.Ptr(), nil, nil) }},
+		{"wrong r shape", core.ErrInvalidArgument, func() error {
+			return QR(a.Ptr(), Complete, tu.New(core.F32, []int64{2, 4, 4}).Ptr(), r.Ptr(), nil, nil)
+		}},
+		{"wrong q shape", core.ErrInvalidArgument, func() error {
+			return QR(a.Ptr(), Reduced, tu.New(core.F32, []int64{2, 4, 4}).Ptr(), r.Ptr(), nil, nil)
+		}},
+		{"mixed dtypes", core.ErrUnsupportedDType, func() error {
+			return QR(a.Ptr(), Reduced, q.Ptr(), tu.New(core.BF16, []int64{2, 3, 3}).Ptr(), nil, nil)
+		}},
+		{"NULL r", core.ErrInvalidArgument, func() error { return QR(a.Ptr(), Reduced, q.Ptr(), nil, nil, nil) }},
+		{"non-contiguous a", core.ErrUnsupportedLayout, func() error {
+			x := tu.New(core.F32, []int64{2, 4, 3}, tu.RowPad(1))
+			return QR(x.Ptr(), Reduced, q.Ptr(), r.Ptr(), nil, nil)
+		}},
+		{"r over a", core.ErrInvalidArgument, func() error {
+			over := *r.Ptr()
+			over.Data = a.Ptr().Data
+			return QR(a.Ptr(), Reduced, q.Ptr(), &over, nil, nil)
+		}},
+	} {
+		q.Poison()
+		r.Poison()
+		bq, br := q.Bytes(), r.Bytes()
+		err := c.run()
+		require.Equal(t, c.want, tu.Status(t, err), "%s: %v", c.name, err)
+		require.NotEmpty(t, err.Error())
+		require.Equal(t, bq, q.Bytes(), c.name)
+		require.Equal(t, br, r.Bytes(), c.name)
+	}
+	n, err := WorkspaceSize(a.Ptr(), Reduced)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	empty := tu.New(core.F32, []int64{0, 4, 3})
+	require.NoError(t, QR(empty.Ptr(), ROnly, nil, tu.New(core.F32, []int64{0, 3, 3}).Ptr(), nil, nil))
+}
