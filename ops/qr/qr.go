@@ -125,12 +125,71 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 	if s.batch == 0 || (s.m == 0 && s.n == 0) {
 		return nil
 	}
+	if k := cpu.K(); k.QRLanes != nil && s.batch >= 2 && max(s.m, s.n) <= maxLaneSize {
+		lanes := k.Lanes
+		cpu.Parallel((s.batch+lanes-1)/lanes, 1, func(lo, hi int, sc *cpu.Scratch) {
+			for g := lo; g < hi; g++ {
+				factorLanes(s, g*lanes, lanes, av, qv, rv, sc)
+			}
+		})
+		return nil
+	}
 	cpu.Parallel(s.batch, 1, func(lo, hi int, sc *cpu.Scratch) {
 		for b := lo; b < hi; b++ {
 			factor(s, b, av, qv, rv, sc)
 		}
 	})
 	return nil
+}
+
+// maxLaneSize bounds the matrices factored a vector's width at a time: the
+// interleaved copies (m*n*lanes floats) must stay in the worker's cache, and
+// their column walks stride m*lanes floats (measured: 32 wide 3x faster than
+// LAPACK through PyTorch, 128 wide slower than one matrix per worker).
+const maxLaneSize = 64
+
+// factorLanes factors matrices [first, first+lanes) together, one per
+// vector lane (a batch's last group pads with zero matrices).
+func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scratch) {
+	m, n, qc := s.m, s.n, s.qCols
+	mat := sc.Buf(bufW, max(m*n, m*qc, s.rRows*n))
+	a := sc.Buf(bufA, m*n*lanes)
+	for l := range lanes {
+		if first+l >= s.batch {
+			for e := range m * n {
+				a[e*lanes+l] = 0
+			}
+			continue
+		}
+		src := cpu.Span{P: av.Base, DT: av.DType}.At((first + l) * m * n).Load(0, mat[:m*n])
+		for e, x := range src {
+			a[e*lanes+l] = x
+		}
+	}
+	var q []float32
+	if qv != nil {
+		q = sc.Buf(bufQ, m*qc*lanes)
+	}
+	cpu.K().QRLanes(a, m, n, q, qc, sc.Buf(bufTau, s.k*lanes))
+	for l := range min(lanes, s.batch-first) {
+		r := mat[:s.rRows*n]
+		for i := range s.rRows {
+			for j := range n {
+				r[i*n+j] = 0
+				if j >= i && i < s.k {
+					r[i*n+j] = a[(i*n+j)*lanes+l]
+				}
+			}
+		}
+		cpu.Span{P: rv.Base, DT: rv.DType}.At((first + l) * s.rRows * n).Store(0, r)
+		if qv != nil {
+			qm := mat[:m*qc]
+			for e := range qm {
+				qm[e] = q[e*lanes+l]
+			}
+			cpu.Span{P: qv.Base, DT: qv.DType}.At((first + l) * m * qc).Store(0, qm)
+		}
+	}
 }
 
 // Scratch slots.

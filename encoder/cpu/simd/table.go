@@ -33,6 +33,10 @@ type Table struct {
 	// floats of scratch), then a -= tau * v * w. v must have 3 elements of
 	// padding after its rows values (vector loads).
 	Reflect func(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32)
+	// Lanes is the vector width (float32s per vector); QRLanes factors that
+	// many matrices at once, one per lane. Nil in the portable table.
+	Lanes   int
+	QRLanes func(a []float32, m, n int, q []float32, qCols int, scratch []float32)
 	// AdamW takes one AdamW step in place on param p with gradient g and
 	// moments m, v (vmax: the running maximum of v under amsgrad, else nil).
 	AdamW func(h *AdamW, p, g, m, v, vmax []float32)

@@ -30,6 +30,8 @@ var Table = simd.Table{
 	FMAcc:        fmAcc,
 	AdamW:        adamW,
 	Reflect:      reflect,
+	Lanes:        W,
+	QRLanes:      qrLanes,
 	GeluErf:      unary(geluErfV),
 	GeluTanh:     unary(geluTanhV),
 	Silu:         unary(siluV),
@@ -548,6 +550,86 @@ func reflect(a []float32, ld, rows, cols int, v []float32, tau float32, w []floa
 		}
 		if c < cols {
 			storePart(loadPart(w[c:]).MulAdd(s, loadPart(row[c:])), row[c:])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// qrLanes is Householder QR of W matrices at once, lane l holding matrix l:
+// a is m x n interleaved (element (i, j) of every matrix in the W floats at
+// (i*n + j)*W), factored in place into R (upper triangle) and the reflector
+// tails (below it); q, when not nil, receives Q (m x qCols, interleaved) for
+// qCols = min(m, n) or m. Every step is the scalar algorithm (LAPACK's geqr2
+// and org2r, its sign convention) on vectors, so there are no horizontal
+// operations. scratch holds min(m, n)*W floats (the taus). Norms are scaled
+// by the column's largest magnitude, so 1e-30 and 1e30 columns neither
+// underflow nor overflow in float32.
+func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
+	k, rs := min(m, n), n*W // rs: one matrix row of a, interleaved
+	one, absMask := splat(1), splatI(0x7fffffff)
+	for j := range k {
+		alpha := load(a[j*rs+j*W:])
+		mx := asF(asI(alpha).And(absMask))
+		for i := j + 1; i < m; i++ {
+			mx = mx.Max(asF(asI(load(a[i*rs+j*W:])).And(absMask)))
+		}
+		safe := one.Merge(mx, mx.Equal(zero())) // a zero column divides by 1
+		inv := one.Div(safe)
+		var ss vf
+		for i := j + 1; i < m; i++ {
+			x := load(a[i*rs+j*W:]).Mul(inv)
+			ss = x.MulAdd(x, ss)
+		}
+		an := alpha.Mul(inv)
+		norm := an.MulAdd(an, ss).Sqrt().Mul(safe)
+		sign := asI(alpha).And(splatI(-0x80000000))
+		beta := asF(asI(norm).Or(sign)).Mul(splat(-1)) // -copysign(norm, alpha)
+		keep := ss.Equal(zero())                       // nothing below the diagonal: H = I
+		tau := zero().Merge(beta.Sub(alpha).Div(beta), keep)
+		scale := one.Merge(one.Div(alpha.Sub(beta)), keep)
+		store(alpha.Merge(beta, keep), a[j*rs+j*W:])
+		for i := j + 1; i < m; i++ {
+			store(load(a[i*rs+j*W:]).Mul(scale), a[i*rs+j*W:])
+		}
+		store(tau, scratch[j*W:])
+		for c := j + 1; c < n; c++ {
+			w := load(a[j*rs+c*W:])
+			for i := j + 1; i < m; i++ {
+				w = load(a[i*rs+j*W:]).MulAdd(load(a[i*rs+c*W:]), w)
+			}
+			tw := tau.Mul(w)
+			store(load(a[j*rs+c*W:]).Sub(tw), a[j*rs+c*W:])
+			for i := j + 1; i < m; i++ {
+				store(load(a[i*rs+c*W:]).Sub(load(a[i*rs+j*W:]).Mul(tw)), a[i*rs+c*W:])
+			}
+		}
+	}
+	if q == nil {
+		archsimd.ClearAVXUpperBits()
+		return
+	}
+	qs := qCols * W
+	for i := range m {
+		for c := range qCols {
+			if i == c {
+				store(one, q[i*qs+c*W:])
+			} else {
+				store(zero(), q[i*qs+c*W:])
+			}
+		}
+	}
+	for j := k - 1; j >= 0; j-- {
+		tau := load(scratch[j*W:])
+		for c := j; c < qCols; c++ {
+			w := load(q[j*qs+c*W:])
+			for i := j + 1; i < m; i++ {
+				w = load(a[i*rs+j*W:]).MulAdd(load(q[i*qs+c*W:]), w)
+			}
+			tw := tau.Mul(w)
+			store(load(q[j*qs+c*W:]).Sub(tw), q[j*qs+c*W:])
+			for i := j + 1; i < m; i++ {
+				store(load(q[i*qs+c*W:]).Sub(load(a[i*rs+j*W:]).Mul(tw)), q[i*qs+c*W:])
+			}
 		}
 	}
 	archsimd.ClearAVXUpperBits()
