@@ -126,3 +126,15 @@ def test_small_model_trains_the_same():
     assert plain[-1] < plain[0]
     for a, b in zip(plain, patched):
         assert abs(a - b) <= 1e-4 * max(1, abs(a)), (plain, patched)
+
+
+def test_gradcheck_through_the_patched_functions():
+    """float64 falls back to PyTorch, so the patched functions stay
+    differentiable exactly as PyTorch's own."""
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    with metalcore.pytorch_overrides(ops=list(metalcore.ALL)):
+        assert torch.autograd.gradcheck(lambda t: F.softmax(t, dim=-1), (x,))
+        assert torch.autograd.gradcheck(lambda t: F.gelu(t, approximate="tanh"), (x,))
+        assert torch.autograd.gradcheck(F.silu, (x,))
+        assert torch.autograd.gradcheck(lambda t, g: F.layer_norm(t, (6,), g), (x, w))
