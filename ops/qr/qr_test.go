@@ -218,3 +218,18 @@ func TestBadInputs(t *testing.T) {
 	empty := tu.New(core.F32, []int64{0, 4, 3})
 	require.NoError(t, QR(empty.Ptr(), ROnly, nil, tu.New(core.F32, []int64{0, 3, 3}).Ptr(), nil, nil))
 }
+
+// Empty matrices (a zero dimension) and many 1x1 ones.
+func TestEdgeShapes(t *testing.T) {
+	tu.ForEachISA(t, func(t *testing.T) {
+		for _, sh := range [][3]int64{{3, 0, 4}, {3, 4, 0}, {2, 0, 0}, {50, 1, 1}, {17, 1, 5}, {17, 5, 1}} {
+			b, m, n := sh[0], sh[1], sh[2]
+			k := min(m, n)
+			a := tu.New(core.F32, []int64{b, m, n})
+			vals := a.Rand(tu.RNG(t), 1)
+			q, r := tu.New(core.F32, []int64{b, m, k}), tu.New(core.F32, []int64{b, k, n})
+			require.NoError(t, QR(a.Ptr(), Reduced, q.Ptr(), r.Ptr(), nil, nil), "%v", sh)
+			check(t, fmt.Sprint(sh), vals, q.Values(), r.Values(), int(b), int(m), int(n), int(k), int(k), eps(core.F32))
+		}
+	})
+}
