@@ -28,9 +28,6 @@ func init() {
 // Threads is how many goroutines one call may use.
 func Threads() int { return int(threads.Load()) }
 
-// SetThreads changes it (n < 1 means 1).
-func SetThreads(n int) { threads.Store(int32(max(n, 1))) }
-
 // Chunk is the number of elements elementwise kernels handle at once: small
 // enough that a few float32 chunks per worker stay in L1.
 const Chunk = 1024

@@ -12,7 +12,6 @@ type Call struct {
 	inputs  []*View
 	outputs []*View
 	aliases []Alias
-	absent  View
 }
 
 const maxArgs = 10

@@ -159,9 +159,6 @@ func selfOverlap(v *View) error {
 	return nil
 }
 
-// String is for messages: "float32 [2 3]".
-func (v *View) String() string { return fmt.Sprintf("%s %v", v.DType, v.Shape) }
-
 func deviceName(t int32) string {
 	if n, ok := deviceNames[t]; ok {
 		return n

@@ -341,15 +341,6 @@ func Rows(v []float64, cols int) [][]float64 {
 	return rows
 }
 
-// Flat joins rows back.
-func Flat(rows [][]float64) []float64 {
-	var v []float64
-	for _, r := range rows {
-		v = append(v, r...)
-	}
-	return v
-}
-
 // RNG is a freshly seeded generator; the seed is logged on failure so a failure can be
 // replayed with MC_TEST_SEED=<seed>.
 func RNG(t testing.TB) *rand.Rand {

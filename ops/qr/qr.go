@@ -161,7 +161,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 			}
 			continue
 		}
-		src := cpu.Span{P: av.Base, DT: av.DType}.At((first + l) * m * n).Load(0, mat[:m*n])
+		src := cpu.Span{P: av.Base, DT: av.DType}.At((first+l)*m*n).Load(0, mat[:m*n])
 		for e, x := range src {
 			a[e*lanes+l] = x
 		}
@@ -181,13 +181,13 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 				}
 			}
 		}
-		cpu.Span{P: rv.Base, DT: rv.DType}.At((first + l) * s.rRows * n).Store(0, r)
+		cpu.Span{P: rv.Base, DT: rv.DType}.At((first+l)*s.rRows*n).Store(0, r)
 		if qv != nil {
 			qm := mat[:m*qc]
 			for e := range qm {
 				qm[e] = q[e*lanes+l]
 			}
-			cpu.Span{P: qv.Base, DT: qv.DType}.At((first + l) * m * qc).Store(0, qm)
+			cpu.Span{P: qv.Base, DT: qv.DType}.At((first+l)*m*qc).Store(0, qm)
 		}
 	}
 }
