@@ -18,24 +18,18 @@ func RowThreads(cols int, dt core.DType, pieces int) int {
 	return min(max((t+31)/32*32, 32), 1024)
 }
 
-// RowStride is v's row stride, or an unsupported-layout error when its outer
-// dimensions do not collapse into one strided index.
-func RowStride(v *core.View) (int64, error) {
-	s, ok := v.RowStride()
-	if !ok {
-		return 0, core.Errorf(core.ErrUnsupportedLayout, "%s: on CUDA the dimensions before the last must collapse into one strided row index (strides %v)", v.Name, v.Strides)
-	}
-	return s, nil
-}
-
-// Contiguous fails unless every view is contiguous (the elementwise kernels).
-func Contiguous(vs ...*core.View) error {
-	for _, v := range vs {
-		if err := core.WantContiguous(v); err != nil {
-			return err
+// RowStrides are the views' row strides, or an unsupported-layout error for
+// the first whose outer dimensions do not collapse into one strided index.
+func RowStrides(vs ...*core.View) ([]int64, error) {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		s, ok := v.RowStride()
+		if !ok {
+			return nil, core.Errorf(core.ErrUnsupportedLayout, "%s: on CUDA the dimensions before the last must collapse into one strided row index (strides %v)", v.Name, v.Strides)
 		}
+		out[i] = s
 	}
-	return nil
+	return out, nil
 }
 
 // View is the data pointer of an optional view (0 when absent).

@@ -67,10 +67,12 @@ func WantVector(v *View, n int, outer []int64) error {
 	return Errorf(ErrInvalidArgument, "%s has shape %v, want [%d]", v.Name, v.Shape, n)
 }
 
-// WantContiguous requires a row-major contiguous view.
-func WantContiguous(v *View) error {
-	if !v.Contiguous {
-		return Errorf(ErrUnsupportedLayout, "%s must be contiguous", v.Name)
+// WantContiguous requires every (non-nil) view to be row-major contiguous.
+func WantContiguous(vs ...*View) error {
+	for _, v := range vs {
+		if v != nil && !v.Contiguous {
+			return Errorf(ErrUnsupportedLayout, "%s must be contiguous", v.Name)
+		}
 	}
 	return nil
 }

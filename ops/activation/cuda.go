@@ -16,7 +16,7 @@ func init() { cuda.Register(kernels) }
 // elementwiseCUDA launches an elementwise kernel over contiguous views (the
 // last is the output) with extra trailing arguments.
 func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View, extra ...uint64) error {
-	if err := cuda.Contiguous(vs...); err != nil {
+	if err := core.WantContiguous(vs...); err != nil {
 		return err
 	}
 	out := vs[len(vs)-1]

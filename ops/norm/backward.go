@@ -35,8 +35,14 @@ func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
 	if err := c.Done(nil); err != nil {
 		return 0, err
 	}
-	blocks, err := partialBlocks(xv)
-	return int64(blocks) * int64(perRow) * int64(xv.Cols) * 4, err
+	return partialBytes(xv, perRow)
+}
+
+// partialBytes is the size of x's per-block partials, perRow rows of x's
+// width per block, in float32.
+func partialBytes(x *core.View, perRow int) (int64, error) {
+	blocks, err := partialBlocks(x)
+	return int64(blocks) * int64(perRow) * int64(x.Cols) * 4, err
 }
 
 // RMSNormBwdWorkspace is the workspace RMSNormBwd needs for dweight.
@@ -85,9 +91,9 @@ func (b *bwdCall) grads(ws *core.Tensor, perRow int, names []string, ts ...*core
 	b.Check(func() error { return core.PerColumn(b.x, gs...) })
 	var need int64
 	if want && b.x != nil {
-		blocks, err := partialBlocks(b.x)
+		var err error
+		need, err = partialBytes(b.x, perRow)
 		b.Fail(err)
-		need = int64(blocks) * int64(perRow) * int64(b.x.Cols) * 4
 	}
 	return gs, b.Workspace("workspace", ws, need)
 }

@@ -13,21 +13,8 @@ var kernels string
 
 func init() { cuda.Register(kernels) }
 
-// rowStrides are the row strides of views for the GPU row kernels.
-func rowStrides(vs ...*core.View) ([]int64, error) {
-	out := make([]int64, len(vs))
-	for i, v := range vs {
-		s, err := cuda.RowStride(v)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = s
-	}
-	return out, nil
-}
-
 func rmsnormFwdCUDA(x, w, y, rstd *core.View, eps float32, enc unsafe.Pointer) error {
-	st, err := rowStrides(x, y)
+	st, err := cuda.RowStrides(x, y)
 	if err != nil {
 		return err
 	}
@@ -36,7 +23,7 @@ func rmsnormFwdCUDA(x, w, y, rstd *core.View, eps float32, enc unsafe.Pointer) e
 }
 
 func fusedAddRMSNormFwdCUDA(x, res, w, y, ro, rstd *core.View, eps float32, enc unsafe.Pointer) error {
-	st, err := rowStrides(x, res, y, ro)
+	st, err := cuda.RowStrides(x, res, y, ro)
 	if err != nil {
 		return err
 	}
@@ -46,7 +33,7 @@ func fusedAddRMSNormFwdCUDA(x, res, w, y, ro, rstd *core.View, eps float32, enc 
 }
 
 func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe.Pointer) error {
-	st, err := rowStrides(x, y)
+	st, err := cuda.RowStrides(x, y)
 	if err != nil {
 		return err
 	}
@@ -59,7 +46,7 @@ func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe
 // when gradients are requested, sums the partials of the workspace into
 // them. mean is nil for RMSNorm.
 func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.View, enc unsafe.Pointer) error {
-	st, err := rowStrides(b.dy, b.x, b.dx)
+	st, err := cuda.RowStrides(b.dy, b.x, b.dx)
 	if err != nil {
 		return err
 	}

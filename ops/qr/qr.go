@@ -106,16 +106,7 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 		}
 		return core.SameDType(av, qv)
 	})
-	c.Check(func() error {
-		for _, v := range []*core.View{av, qv, rv} {
-			if v != nil {
-				if err := core.WantContiguous(v); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
+	c.Check(func() error { return core.WantContiguous(av, qv, rv) })
 	if err := c.Done(enc); err != nil {
 		return err
 	}

@@ -17,13 +17,13 @@ func init() { cuda.Register(kernels) }
 // shape), passing each view's pointer and row stride, then the width.
 func rowKernel(name string, enc unsafe.Pointer, vs ...*core.View) error {
 	x := vs[0]
+	strides, err := cuda.RowStrides(vs...)
+	if err != nil {
+		return err
+	}
 	var args []uint64
-	for _, v := range vs {
-		s, err := cuda.RowStride(v)
-		if err != nil {
-			return err
-		}
-		args = append(args, cuda.Ptr(v.Base), cuda.I64(s))
+	for i, v := range vs {
+		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
 	}
 	args = append(args, cuda.I32(x.Cols))
 	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel(name, x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4), args...))
