@@ -76,7 +76,7 @@ func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint6
 	}
 	f := pick(cpu.K())
 	if xv.DType != core.F32 { // every 16-bit input has its answer in a table
-		elementwise(yv, xv, nil, forwardTable(lutKey(kernel, extra), xv.DType, f))
+		elementwise(yv, xv, nil, forwardTable(tableFor(kernel, extra, xv.DType), xv.DType, f))
 		return nil
 	}
 	elementwise(yv, xv, nil, floatChunks(func(dst, a, _ []float32) { f(dst, a) }))
@@ -98,7 +98,7 @@ func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, extra [
 	}
 	f := pick(cpu.K())
 	if xv.DType != core.F32 {
-		elementwise(dxv, dyv, xv, gradTable(lutKey(kernel, extra), xv.DType, f))
+		elementwise(dxv, dyv, xv, gradTable(tableFor(kernel, extra, xv.DType), xv.DType, f))
 		return nil
 	}
 	elementwise(dxv, dyv, xv, floatChunks(f))

@@ -1,7 +1,6 @@
 package activation
 
 import (
-	"fmt"
 	"sync"
 	"unsafe"
 
@@ -22,12 +21,25 @@ type table struct {
 	grad *[1 << 16]float32 // index needs no bounds check)
 }
 
-var tables sync.Map // "<kernel>/<extra>/<dtype>" -> *table
+var tables sync.Map // tableKey -> *table
 
-func lutKey(kernel string, extra []uint64) string { return fmt.Sprint(kernel, extra) }
+// tableKey names a table: the kernel (its name says forward or backward),
+// its one argument if any (GELU's approximation), the dtype.
+type tableKey struct {
+	kernel string
+	arg    uint64
+	dt     core.DType
+}
 
-func tableFor(key string, dt core.DType) *table {
-	t, _ := tables.LoadOrStore(fmt.Sprint(key, "/", dt), &table{})
+func tableFor(kernel string, extra []uint64, dt core.DType) *table {
+	k := tableKey{kernel: kernel, dt: dt}
+	if len(extra) > 0 {
+		k.arg = extra[0]
+	}
+	if t, ok := tables.Load(k); ok {
+		return t.(*table)
+	}
+	t, _ := tables.LoadOrStore(k, &table{})
 	return t.(*table)
 }
 
@@ -43,8 +55,7 @@ func allInputs(dt core.DType) []float32 {
 }
 
 // forwardTable is a chunk function looking y up by x's bit pattern.
-func forwardTable(key string, dt core.DType, f func(dst, x []float32)) chunkFn {
-	t := tableFor(key, dt)
+func forwardTable(t *table, dt core.DType, f func(dst, x []float32)) chunkFn {
 	t.once.Do(func() {
 		x := allInputs(dt)
 		f(x, x)
@@ -62,8 +73,7 @@ func forwardTable(key string, dt core.DType, f func(dst, x []float32)) chunkFn {
 
 // gradTable is a chunk function computing dx = dy * f'(x) with f'(x) looked
 // up by x's bit pattern (a: dy, b: x).
-func gradTable(key string, dt core.DType, f func(dst, dy, x []float32)) chunkFn {
-	t := tableFor(key+"/grad", dt)
+func gradTable(t *table, dt core.DType, f func(dst, dy, x []float32)) chunkFn {
 	t.once.Do(func() {
 		x := allInputs(dt)
 		ones := make([]float32, len(x))
