@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
+from report import Report  # the scripts' shared table
+
 sys.path.insert(0, "tests/gpu")
 from mc import LIB, check, desc, stream, workspace  # noqa: E402
 
@@ -125,11 +127,7 @@ def adamw_row(dtype, total, tensors):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else None
-    lines = []
-
-    def emit(s):
-        print(s, flush=True)
-        lines.append(s)
+    emit = Report()
 
     check("cuda_prepare", 0)
     emit("# CUDA backend benchmark")
@@ -166,9 +164,7 @@ def main():
     emit("")
     emit(f"Host time per call, silu on a 4×64 tensor: {per:.2f} µs through ctypes, of which ctypes itself "
          f"(a call of mc_version) {ctypes_us:.2f} µs: about {per - ctypes_us:.2f} µs in metalcore and the driver.")
-    if out:
-        with open(out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    emit.save(out)
 
 
 main()

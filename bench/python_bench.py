@@ -6,6 +6,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from report import Report  # the scripts' shared table
+
 sys.path.insert(0, "overrides/python")
 sys.path.insert(0, "overrides/python/tests")
 import metalcore  # noqa: E402
@@ -34,11 +36,7 @@ def step_ms(model, data, n=20):
 
 
 def main():
-    lines = []
-
-    def emit(s):
-        print(s)
-        lines.append(s)
+    emit = Report()
 
     torch.manual_seed(0)
     tiny = torch.randn(8, 8)
@@ -59,9 +57,7 @@ def main():
         over = step_ms(model, data)
     emit(f"| small model (embedding → LayerNorm → Linear → GELU → softmax attention → SiLU), batch 64×128, "
          f"forward+backward ms | {plain:.1f} | {over:.1f} | {over / plain:.2f}× |")
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            f.write("\n".join(lines) + "\n")
+    emit.save(sys.argv[1] if len(sys.argv) > 1 else None)
 
 
 main()

@@ -9,6 +9,7 @@ import torch
 
 sys.path.insert(0, "overrides/python")
 import metalcore  # noqa: E402
+from report import Report  # noqa: E402  (the scripts' shared table)
 
 SHAPES = [(2000, 32, 32), (200, 128, 128), (1, 1024, 1024), (1, 2048, 512)]
 
@@ -25,11 +26,7 @@ def best_ms(fn, reps=7):
 
 
 def main():
-    lines = []
-
-    def emit(s):
-        print(s, flush=True)
-        lines.append(s)
+    emit = Report()
 
     emit("# QR benchmark (CPU)")
     emit("")
@@ -45,9 +42,7 @@ def main():
         t_th = best_ms(lambda: torch.linalg.qr(a))
         emit(f"| {b}×{m}×{n} | {t_mc:.1f} | {flops / t_mc / 1e6:.1f} | {t_th:.1f} | {flops / t_th / 1e6:.1f} | "
              f"{t_th / t_mc:.2f}× |")
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            f.write("\n".join(lines) + "\n")
+    emit.save(sys.argv[1] if len(sys.argv) > 1 else None)
 
 
 main()
