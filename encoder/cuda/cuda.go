@@ -215,12 +215,6 @@ func LaunchStruct(dev int, stream unsafe.Pointer, name string, grid, block int, 
 	return launchParams(dev, stream, name, grid, block, words, 1)
 }
 
-// Kernel parameter slots.
-func Ptr(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) }
-func I64(v int64) uint64          { return uint64(v) }
-func I32(v int) uint64            { return uint64(uint32(int32(v))) }
-func F32(v float32) uint64        { return uint64(*(*uint32)(unsafe.Pointer(&v))) }
-
 // Buffer is device memory for tests and benchmarks (the ops never allocate).
 type Buffer struct {
 	Ptr unsafe.Pointer

@@ -20,10 +20,6 @@ func SMs(int) (int, error)                                               { retur
 func CheckPointer(unsafe.Pointer, int) error                             { return errNoCUDA }
 func Launch(int, unsafe.Pointer, string, int, int, ...uint64) error      { return errNoCUDA }
 func LaunchStruct(int, unsafe.Pointer, string, int, int, []uint64) error { return errNoCUDA }
-func Ptr(p unsafe.Pointer) uint64                                        { return uint64(uintptr(p)) }
-func I64(v int64) uint64                                                 { return uint64(v) }
-func I32(v int) uint64                                                   { return uint64(uint32(int32(v))) }
-func F32(v float32) uint64                                               { return uint64(*(*uint32)(unsafe.Pointer(&v))) }
 
 type Buffer struct{ Ptr unsafe.Pointer }
 

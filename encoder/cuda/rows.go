@@ -1,6 +1,17 @@
 package cuda
 
-import "metalcore/internal/core"
+import (
+	"math"
+	"unsafe"
+
+	"metalcore/internal/core"
+)
+
+// Kernel parameter slots (8 bytes each; narrower values in the low bytes).
+func Ptr(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) }
+func I64(v int64) uint64          { return uint64(v) }
+func I32(v int) uint64            { return uint64(uint32(int32(v))) }
+func F32(v float32) uint64        { return uint64(math.Float32bits(v)) }
 
 // What the op families share when they launch: kernel names per dtype, block
 // sizes, layouts the kernels take.
