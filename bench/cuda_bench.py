@@ -1,7 +1,8 @@
 """CUDA benchmark: metalcore's ops against PyTorch's own and against a
 device-to-device copy of the same bytes (float32 elements), in one run.
 GB/s counts bytes read plus written; times are medians of CUDA-event timings.
-Run from the repository root on a GPU machine: python3 bench/cuda_bench.py [out.md]"""
+Run from the repository root on a GPU machine:
+python3 bench/cuda_bench.py [out.md [section ...]], sections rows, adamw, qr, host (default all)."""
 import ctypes
 import sys
 import time
@@ -125,18 +126,22 @@ def adamw_row(dtype, total, tensors):
             f"{100 * copy / t_mc:.0f}% | {t_ref:.3f} | {t_ref / t_mc:.2f}× |")
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else None
-    emit = Report()
+def qr_row(batch, m, n):
+    a = torch.randn(batch, m, n, device=dev)
+    k = min(m, n)
+    q, r = torch.empty(batch, m, k, device=dev), torch.empty(batch, k, n, device=dev)
+    size = ctypes.c_int64()
+    check("qr_workspace_size", a, 0, ctypes.byref(size))
+    ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
+    a_, q_, r_, ws_, s = desc(a), desc(q), desc(r), desc(ws) if size.value else None, stream()
+    t_mc = t_ms(lambda: LIB.mc_qr(a_, 0, q_, r_, ws_, s))
+    t_ref = t_ms(lambda: torch.linalg.qr(a))
+    flops = batch * 2 * (2 * m * n * k - 2 * k ** 3 / 3)
+    return (f"| {batch}×{m}×{n} | {t_mc:.3f} | {flops / t_mc / 1e6:.0f} | {t_ref:.3f} | "
+            f"{flops / t_ref / 1e6:.0f} | {t_ref / t_mc:.1f}× |")
 
-    check("cuda_prepare", 0)
-    emit("# CUDA backend benchmark")
-    emit("")
-    emit(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}. GB/s counts bytes read plus written; "
-         "`copy` is a device-to-device copy of a float32 buffer of the same bytes, timed in the same run; "
-         "medians of CUDA-event timings (triton `do_bench`). torch bwd for the norms is autograd's backward "
-         "(weight gradient included).")
-    emit("")
+
+def rows_section(emit):
     emit("| op | dtype | shape | metalcore ms | GB/s | % of copy | torch ms | vs torch |")
     emit("|---|---|---|---:|---:|---:|---:|---:|")
     for dtype in (torch.bfloat16, torch.float32):
@@ -151,7 +156,9 @@ def main():
                 gbs = nbytes / t_mc / 1e6
                 emit(f"| {name} | {str(dtype)[6:]} | {rows}×{cols} | {t_mc:.3f} | {gbs:.0f} | "
                      f"{100 * copy[tensors] / t_mc:.0f}% | {t_ref:.3f} | {t_ref / t_mc:.2f}× |")
-    emit("")
+
+
+def adamw_section(emit):
     emit("AdamW, one step: bytes per parameter = param read+write, grad read, both moments read+write "
          "(float32 28 B, bfloat16 params 22 B); torch is `torch.optim.AdamW(fused=True)` on the same tensors.")
     emit("")
@@ -160,10 +167,40 @@ def main():
     for dtype in (torch.bfloat16, torch.float32):
         for tensors in (50, 5000):
             emit(adamw_row(dtype, 194_000_000, tensors))
-    per, ctypes_us = call_overhead()
+
+
+def qr_section(emit):
+    emit("QR, float32, reduced mode (q and r), against `torch.linalg.qr` (cuSOLVER) on the same input; "
+         "GFLOP/s counts 2mnk - 2k³/3 for r and as much again for forming q (k = min(m, n)).")
     emit("")
+    emit("| batch×m×n | metalcore ms | GFLOP/s | torch ms | torch GFLOP/s | vs torch |")
+    emit("|---|---:|---:|---:|---:|---:|")
+    for shape in ((10000, 32, 32), (2000, 128, 128), (100, 512, 512), (1, 4096, 4096), (1, 8192, 1024)):
+        emit(qr_row(*shape))
+
+
+def host_section(emit):
+    per, ctypes_us = call_overhead()
     emit(f"Host time per call, silu on a 4×64 tensor: {per:.2f} µs through ctypes, of which ctypes itself "
          f"(a call of mc_version) {ctypes_us:.2f} µs: about {per - ctypes_us:.2f} µs in metalcore and the driver.")
+
+
+SECTIONS = {"rows": rows_section, "adamw": adamw_section, "qr": qr_section, "host": host_section}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else None
+    emit = Report()
+    check("cuda_prepare", 0)
+    emit("# CUDA backend benchmark")
+    emit("")
+    emit(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}. GB/s counts bytes read plus written; "
+         "`copy` is a device-to-device copy of a float32 buffer of the same bytes, timed in the same run; "
+         "medians of CUDA-event timings (triton `do_bench`). torch bwd for the norms is autograd's backward "
+         "(weight gradient included).")
+    for name in sys.argv[2:] or SECTIONS:
+        emit("")
+        SECTIONS[name](emit)
     emit.save(out)
 
 

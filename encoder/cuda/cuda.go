@@ -130,12 +130,16 @@ func Prepare(dev int) error {
 }
 
 // kernelNames lists NAME_f32/_f16/_bf16 for every MC_INSTANTIATE(NAME, ...)
-// of src.
+// of src, and NAME for every line-starting MC_KERNEL void NAME(...) (a
+// kernel of one type).
 func kernelNames(src string) []string {
 	var names []string
 	for _, part := range strings.Split(src, "\nMC_INSTANTIATE(")[1:] {
 		name := part[:strings.IndexByte(part, ',')]
 		names = append(names, name+"_f32", name+"_f16", name+"_bf16")
+	}
+	for _, part := range strings.Split(src, "\nMC_KERNEL void ")[1:] {
+		names = append(names, part[:strings.IndexByte(part, '(')])
 	}
 	return names
 }
@@ -169,12 +173,18 @@ func CheckPointer(p unsafe.Pointer, dev int) error {
 // 8-byte slots made by Ptr, I64, I32 and F32. It never synchronizes. Kernels not yet loaded are loaded
 // first, unless the stream is being captured into a graph.
 func Launch(dev int, stream unsafe.Pointer, name string, grid, block int, args ...uint64) error {
-	return launchParams(dev, stream, name, grid, block, args, len(args))
+	return launchParams(dev, stream, name, grid, block, 0, args, len(args))
+}
+
+// LaunchShared is Launch with shared bytes of dynamic shared memory per
+// block (MC_SHARED_DYNAMIC in the kernel).
+func LaunchShared(dev int, stream unsafe.Pointer, name string, grid, block, shared int, args ...uint64) error {
+	return launchParams(dev, stream, name, grid, block, shared, args, len(args))
 }
 
 // launchParams launches with nparams parameters read from args (each an
 // 8-byte slot, or one struct spanning all of args).
-func launchParams(dev int, stream unsafe.Pointer, name string, grid, block int, args []uint64, nparams int) error {
+func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shared int, args []uint64, nparams int) error {
 	d, err := getDevice(dev)
 	if err != nil {
 		return err
@@ -206,13 +216,13 @@ func launchParams(dev int, stream unsafe.Pointer, name string, grid, block int, 
 	if grid == 0 {
 		return nil
 	}
-	return launch(f, grid, min(block, f.maxThreads), 0, stream, args, nparams)
+	return launch(f, grid, min(block, f.maxThreads), shared, stream, args, nparams)
 }
 
 // LaunchStruct is Launch for a kernel whose one parameter is a struct of
 // 8-byte words (multi-tensor metadata passed by value).
 func LaunchStruct(dev int, stream unsafe.Pointer, name string, grid, block int, words []uint64) error {
-	return launchParams(dev, stream, name, grid, block, words, 1)
+	return launchParams(dev, stream, name, grid, block, 0, words, 1)
 }
 
 // Buffer is device memory for tests and benchmarks (the ops never allocate).

@@ -20,6 +20,9 @@ func SMs(int) (int, error)                                               { retur
 func CheckPointer(unsafe.Pointer, int) error                             { return errNoCUDA }
 func Launch(int, unsafe.Pointer, string, int, int, ...uint64) error      { return errNoCUDA }
 func LaunchStruct(int, unsafe.Pointer, string, int, int, []uint64) error { return errNoCUDA }
+func LaunchShared(int, unsafe.Pointer, string, int, int, int, ...uint64) error {
+	return errNoCUDA
+}
 
 type Buffer struct{ Ptr unsafe.Pointer }
 

@@ -34,6 +34,7 @@ static CUresult (*p_cuCtxPopCurrent)(CUcontext*);
 static CUresult (*p_cuModuleLoadData)(CUmodule*, const void*);
 static CUresult (*p_cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
 static CUresult (*p_cuFuncGetAttribute)(int*, int, CUfunction);
+static CUresult (*p_cuFuncSetAttribute)(CUfunction, int, int);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void**, void**);
 static CUresult (*p_cuPointerGetAttribute)(void*, int, CUdeviceptr);
@@ -95,6 +96,7 @@ static const char* mc_cuda_open(const char* cuda_path, const char* nvrtc_path) {
     SYM(libcuda, p_cuModuleGetFunction, "cuModuleGetFunction");
     SYM(libcuda, p_cuLaunchKernel, "cuLaunchKernel");
     SYM(libcuda, p_cuFuncGetAttribute, "cuFuncGetAttribute");
+    SYM(libcuda, p_cuFuncSetAttribute, "cuFuncSetAttribute");
     SYM(libcuda, p_cuPointerGetAttribute, "cuPointerGetAttribute");
     SYM(libcuda, p_cuStreamIsCapturing, "cuStreamIsCapturing");
     SYM(libcuda, p_cuGetErrorString, "cuGetErrorString");
@@ -221,6 +223,12 @@ static CUresult mc_function(CUmodule mod, const char* name, CUfunction* f, int* 
     CUresult r = p_cuModuleGetFunction(f, mod, name);
     if (r) return r;
     return p_cuFuncGetAttribute(max_threads, 0, *f);  // MAX_THREADS_PER_BLOCK (registers allowing)
+}
+
+// mc_allow_shared lets f take n bytes of dynamic shared memory (above the
+// default 48 KiB a kernel must opt in).
+static CUresult mc_allow_shared(CUfunction f, int n) {
+    return p_cuFuncSetAttribute(f, 8, n);  // MAX_DYNAMIC_SHARED_SIZE_BYTES
 }
 
 // mc_launch launches f with n parameters, parameter i being the bytes at
@@ -361,6 +369,11 @@ func (m module) function(name string) (function, error) {
 }
 
 func launch(f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64, nparams int) error {
+	if shmem > 48<<10 {
+		if err := check("cuFuncSetAttribute", C.mc_allow_shared(f.f, C.int(shmem))); err != nil {
+			return err
+		}
+	}
 	return check("cuLaunchKernel", C.mc_launch(f.f, C.uint(grid), C.uint(block), C.uint(shmem),
 		C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(nparams)))
 }

@@ -11,6 +11,8 @@
 #define MC_NBLOCKS ((long long)gridDim.x)
 #define MC_BARRIER() __syncthreads()
 #define MC_SHARED __shared__
+// MC_SHARED_DYNAMIC(T, name): the block's dynamic shared memory as T name[]
+#define MC_SHARED_DYNAMIC(T, name) extern __shared__ T name[]
 
 typedef unsigned short mc_u16;
 typedef long long mc_i64;
@@ -72,7 +74,7 @@ template <class D> struct Vec {
     }
 };
 
-MC_DEVICE float mc_warp_sum(float v) {
+template <class V> MC_DEVICE V mc_warp_sum(V v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -66,12 +66,24 @@ func wantShape(v *core.View, want []int64) error {
 }
 
 // WorkspaceSize is the workspace mc_qr needs: none on the CPU (each worker
-// keeps its matrix in its own scratch).
+// keeps its matrix in its own scratch) nor for CUDA matrices up to 128
+// wide; float32 copies of the matrices (and of q) for larger CUDA ones.
 func WorkspaceSize(a *core.Tensor, mode int32) (int64, error) {
 	var c core.Call
 	av := c.In("a", a)
-	c.Check(func() error { _, err := inputShapes(av, mode); return err })
-	return 0, c.Done(nil)
+	var s shapes
+	c.Check(func() (err error) { s, err = inputShapes(av, mode); return })
+	if err := c.Done(nil); err != nil {
+		return 0, err
+	}
+	return workspaceBytes(av, s, mode)
+}
+
+func workspaceBytes(av *core.View, s shapes, mode int32) (int64, error) {
+	if av.DeviceType != core.DeviceCUDA {
+		return 0, nil
+	}
+	return cudaWorkspaceBytes(s, mode, int(av.DeviceID))
 }
 
 // QR factors every matrix of a: a = q r, q with orthonormal columns, r upper
@@ -90,7 +102,9 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 		qv = c.Out("q", q)
 	}
 	rv := c.Out("r", r)
-	c.Workspace("workspace", workspace, 0)
+	var need int64
+	c.Check(func() (err error) { need, err = workspaceBytes(av, s, mode); return })
+	ws := c.Workspace("workspace", workspace, need)
 	c.Check(func() error {
 		if qv != nil {
 			if err := wantShape(qv, s.qShape(av)); err != nil {
@@ -110,11 +124,11 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 	if err := c.Done(enc); err != nil {
 		return err
 	}
-	if av.DeviceType == core.DeviceCUDA {
-		return core.Errorf(core.ErrUnsupportedDevice, "QR on CUDA tensors is not implemented yet (CPU only)")
-	}
 	if s.batch == 0 || (s.m == 0 && s.n == 0) {
 		return nil
+	}
+	if av.DeviceType == core.DeviceCUDA {
+		return qrCUDA(s, av, qv, rv, ws, enc)
 	}
 	if k := cpu.K(); k.QRLanes != nil && s.batch >= 2 && max(s.m, s.n) <= maxLaneSize {
 		lanes := k.Lanes

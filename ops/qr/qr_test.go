@@ -114,11 +114,27 @@ func eps(dt core.DType) float64 {
 	return 1.0 / (1 << 24)
 }
 
+// workspace is the workspace QR asks for (nil when none).
+func workspace(t *testing.T, a *tu.Tensor, mode int32) *core.Tensor {
+	n, err := WorkspaceSize(a.Ptr(), mode)
+	require.NoError(t, err)
+	if n == 0 {
+		return nil
+	}
+	return tu.New(core.F32, []int64{n / 4}).Ptr()
+}
+
+// shapes of the factorization tests: batch, m, n. On CUDA, up to 128 take
+// the one-block kernel and larger ones the blocked path (several panels,
+// partial last panels, wide and tall).
+var factorShapes = [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {1, 33, 17}, {4, 16, 16}, {1, 64, 130},
+	{1, 129, 65}, {2, 128, 128}, {2, 150, 97}, {1, 70, 200}, {1, 257, 100}}
+
 func TestFactorizations(t *testing.T) {
-	tu.ForEachISA(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
 		rng := tu.RNG(t)
 		for _, dt := range tu.DTypes {
-			for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {1, 33, 17}, {4, 16, 16}, {1, 64, 130}, {1, 129, 65}} {
+			for _, sh := range factorShapes {
 				batch, m, n := sh[0], sh[1], sh[2]
 				for _, k := range []kind{random, rankDeficient, zeros, identity, tiny, huge} {
 					if dt == core.F16 && (k == tiny || k == huge) {
@@ -141,7 +157,7 @@ func TestFactorizations(t *testing.T) {
 							qp = q.Ptr()
 						}
 						before := a.Bytes()
-						require.NoError(t, QR(a.Ptr(), mode, qp, r.Ptr(), nil, nil), what)
+						require.NoError(t, QR(a.Ptr(), mode, qp, r.Ptr(), workspace(t, a, mode), nil), what)
 						require.Equal(t, before, a.Bytes(), "%s: a was modified", what)
 						var qs []float64
 						if q != nil {
@@ -150,7 +166,7 @@ func TestFactorizations(t *testing.T) {
 						check(t, what, av, qs, r.Values(), batch, m, n, qc, rr, eps(dt))
 						if mode == ROnly { // r-only equals the reduced factorization's r
 							r2, q2 := tu.New(dt, []int64{int64(batch), int64(kk), int64(n)}), tu.New(dt, []int64{int64(batch), int64(m), int64(kk)})
-							require.NoError(t, QR(a.Ptr(), Reduced, q2.Ptr(), r2.Ptr(), nil, nil))
+							require.NoError(t, QR(a.Ptr(), Reduced, q2.Ptr(), r2.Ptr(), workspace(t, a, Reduced), nil))
 							require.Equal(t, r2.Values(), r.Values(), what)
 						}
 					}
@@ -221,15 +237,43 @@ func TestBadInputs(t *testing.T) {
 
 // Empty matrices (a zero dimension) and many 1x1 ones.
 func TestEdgeShapes(t *testing.T) {
-	tu.ForEachISA(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
 		for _, sh := range [][3]int64{{3, 0, 4}, {3, 4, 0}, {2, 0, 0}, {50, 1, 1}, {17, 1, 5}, {17, 5, 1}} {
 			b, m, n := sh[0], sh[1], sh[2]
 			k := min(m, n)
 			a := tu.New(core.F32, []int64{b, m, n})
 			vals := a.Rand(tu.RNG(t), 1)
 			q, r := tu.New(core.F32, []int64{b, m, k}), tu.New(core.F32, []int64{b, k, n})
-			require.NoError(t, QR(a.Ptr(), Reduced, q.Ptr(), r.Ptr(), nil, nil), "%v", sh)
+			require.NoError(t, QR(a.Ptr(), Reduced, q.Ptr(), r.Ptr(), workspace(t, a, Reduced), nil), "%v", sh)
 			check(t, fmt.Sprint(sh), vals, q.Values(), r.Values(), int(b), int(m), int(n), int(k), int(k), eps(core.F32))
 		}
+	})
+}
+
+// The workspace: none on the CPU; on CUDA, matrices past 128 wide need it,
+// and a missing or short one is refused with the outputs untouched.
+func TestWorkspace(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
+		a := tu.New(core.F32, []int64{2, 200, 150})
+		a.Rand(tu.RNG(t), 1)
+		q, r := tu.New(core.F32, []int64{2, 200, 150}), tu.New(core.F32, []int64{2, 150, 150})
+		need, err := WorkspaceSize(a.Ptr(), Reduced)
+		require.NoError(t, err)
+		if !tu.OnCUDA() {
+			require.Zero(t, need)
+			return
+		}
+		require.Positive(t, need)
+		bq, br := q.Bytes(), r.Bytes()
+		short := tu.New(core.F32, []int64{need/4 - 1})
+		for _, ws := range []*core.Tensor{nil, short.Ptr()} {
+			err := QR(a.Ptr(), Reduced, q.Ptr(), r.Ptr(), ws, nil)
+			require.Equal(t, core.ErrInvalidArgument, tu.Status(t, err), "%v", err)
+			require.Equal(t, bq, q.Bytes())
+			require.Equal(t, br, r.Bytes())
+		}
+		small, err := WorkspaceSize(tu.New(core.F32, []int64{1000, 128, 128}).Ptr(), Complete)
+		require.NoError(t, err)
+		require.Zero(t, small, "matrices up to 128 wide need no workspace")
 	})
 }

@@ -149,5 +149,79 @@ print("  device 1:", LIB.mc_last_error().decode())
 nc = torch.randn(16, 8, device=dev).t()
 expect(call("silu_fwd", nc, torch.empty(8, 16, device=dev), stream()) == 4, "non-contiguous elementwise")
 
+
+# QR against torch.linalg.qr (cuSOLVER): same signs (LAPACK's), so R agrees;
+# reconstruction and orthogonality within a bound of size times float32's
+# precision; awkward matrices; a CUDA graph of the blocked path.
+def qr_call(a, mode):
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    rows, cols = (m, m) if mode == 1 else (k, k)
+    r = torch.full((*a.shape[:-2], rows, n), float("nan"), device=dev, dtype=a.dtype)
+    q = torch.full((*a.shape[:-2], m, cols), float("nan"), device=dev, dtype=a.dtype) if mode != 2 else None
+    size = ctypes.c_int64()
+    check("qr_workspace_size", a, mode, ctypes.byref(size))
+    ws = torch.empty(size.value, dtype=torch.uint8, device=dev) if size.value else None
+    return q, r, ws
+
+
+def qr_checks(a, tag):
+    m, n = a.shape[-2:]
+    bound = 10 * max(m, n) * 2.0 ** -24
+    ad = a.double()
+    for mode in (0, 1, 2):
+        q, r, ws = qr_call(a, mode)
+        check("qr", a, mode, q, r, ws, stream())
+        torch.cuda.synchronize()
+        what = f"qr {tag} mode {mode}"
+        expect(bool((r.tril(-1) == 0).all()), what + ": r below the diagonal")
+        if mode == 2:
+            q2, r2, ws2 = qr_call(a, 0)
+            check("qr", a, 0, q2, r2, ws2, stream())
+            expect(torch.equal(r, r2), what + ": r-only differs from reduced r")
+            continue
+        qd, rd = q.double(), r.double()
+        rows = min(qd.shape[-1], rd.shape[-2])
+        rec = (qd[..., :rows] @ rd[..., :rows, :] - ad).norm() / ad.norm().clamp_min(1e-300)
+        eye = torch.eye(qd.shape[-1], device=dev, dtype=torch.float64)
+        orth = (qd.transpose(-1, -2) @ qd - eye).abs().max()
+        expect(rec.item() <= bound or ad.norm().item() == 0 and qd.isfinite().all().item(),
+               f"{what}: ||QR - A||/||A|| = {rec.item():.2e} (bound {bound:.1e})")
+        expect(orth.item() <= bound, f"{what}: ||Q^T Q - I|| = {orth.item():.2e} (bound {bound:.1e})")
+        if mode == 0 and "random" in tag:
+            _, rt = torch.linalg.qr(a)
+            err = ((r - rt).norm() / rt.norm()).item()
+            expect(err <= bound, f"{what}: R differs from torch's by {err:.2e}")
+
+
+for batch, m, n in ((500, 32, 32), (40, 128, 128), (7, 100, 50), (5, 17, 90), (3, 300, 200), (2, 200, 300),
+                    (1, 1030, 260), (1, 700, 700), (4, 129, 129)):
+    base = torch.randn(batch, m, n, device=dev)
+    kinds = {"random": base, "zero": torch.zeros_like(base), "tiny": base * 1e-30, "huge": base * 1e30,
+             "rank-2": (base[..., :, :2] @ torch.randn(batch, 2, n, device=dev)).contiguous()}
+    for kind, a in kinds.items():
+        qr_checks(a, f"{kind} {batch}x{m}x{n}")
+    for dtype in (torch.bfloat16, torch.float16):
+        a = base.to(dtype)
+        q, r, ws = qr_call(a, 0)
+        check("qr", a, 0, q, r, ws, stream())
+        rec = ((q.double() @ r.double() - a.double()).norm() / a.double().norm()).item()
+        expect(rec < 2e-2, f"qr {dtype} {batch}x{m}x{n}: ||QR - A||/||A|| = {rec:.2e}")
+print("qr: checked")
+
+for shape in ((64, 32, 32), (2, 300, 260)):  # both paths in a CUDA graph
+    a = torch.randn(*shape, device=dev)
+    q, r, ws = qr_call(a, 0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        check("qr", a, 0, q, r, ws, stream())
+    for _ in range(2):
+        a.copy_(torch.randn_like(a))
+        g.replay()
+        torch.cuda.synchronize()
+        rec = ((q.double() @ r.double() - a.double()).norm() / a.double().norm()).item()
+        expect(rec < 1e-5, f"qr graph replay {shape}: {rec:.2e}")
+print("qr graph capture: replays right")
+
 print("FAILURES:", len(failures))
 raise SystemExit(1 if failures else 0)

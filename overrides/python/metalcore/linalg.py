@@ -1,18 +1,21 @@
-"""metalcore.linalg.qr: batched Householder QR (CPU)."""
+"""metalcore.linalg.qr: batched Householder QR (CPU and CUDA)."""
+import ctypes
+
 import torch
 
-from ._lib import available, call
+from ._lib import available, call, encoder
 from ._ops import supported
 
 _MODES = {"reduced": 0, "complete": 1, "r": 2}
 
 
 def takes(a, mode):
-    """Whether metalcore computes this call (CPU tensors, float32/16/bf16,
-    contiguous, at least 2-D, a known mode, no gradient wanted: metalcore has
-    no QR backward, so a differentiable call stays with PyTorch)."""
-    return (isinstance(a, torch.Tensor) and mode in _MODES and a.dim() >= 2 and a.device.type == "cpu" and
-            available("cpu") and supported(a) and not (a.requires_grad and torch.is_grad_enabled()))
+    """Whether metalcore computes this call (CPU or CUDA tensors,
+    float32/16/bf16, contiguous, at least 2-D, a known mode, no gradient
+    wanted: metalcore has no QR backward, so a differentiable call stays with
+    PyTorch)."""
+    return (isinstance(a, torch.Tensor) and mode in _MODES and a.dim() >= 2 and available(a.device.type) and
+            supported(a) and not (a.requires_grad and torch.is_grad_enabled()))
 
 
 def qr(a, mode="reduced"):
@@ -27,7 +30,10 @@ def qr_unchecked(a, mode):
     k = min(m, n)
     batch = a.shape[:-2]
     rows, cols = (m, m) if mode == "complete" else (k, k)
-    r = torch.empty(*batch, rows, n, dtype=a.dtype)
-    q = torch.empty(*batch, m, cols, dtype=a.dtype) if mode != "r" else None
-    call("qr", a, _MODES[mode], q, r, None, None)
-    return (q if q is not None else torch.empty(0, dtype=a.dtype)), r
+    r = torch.empty(*batch, rows, n, dtype=a.dtype, device=a.device)
+    q = torch.empty(*batch, m, cols, dtype=a.dtype, device=a.device) if mode != "r" else None
+    size = ctypes.c_int64()
+    call("qr_workspace_size", a, _MODES[mode], ctypes.byref(size))
+    ws = torch.empty(size.value, dtype=torch.uint8, device=a.device) if size.value else None
+    call("qr", a, _MODES[mode], q, r, ws, encoder(a))
+    return (q if q is not None else torch.empty(0, dtype=a.dtype, device=a.device)), r

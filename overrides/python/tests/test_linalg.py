@@ -7,11 +7,11 @@ import metalcore
 ORIGINAL = torch.linalg.qr
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (5, 5), (7, 3), (3, 7), (4, 33, 17), (2, 2, 16, 16)])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 5), (7, 3), (3, 7), (4, 33, 17), (2, 2, 16, 16), (2, 140, 100)])
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_matches_torch(shape, mode, dtype):
-    a = torch.randn(*shape, dtype=torch.float64).to(dtype)
+def test_matches_torch(shape, mode, dtype, device):
+    a = torch.randn(*shape, dtype=torch.float64).to(dtype).to(device)
     q, r = metalcore.linalg.qr(a, mode)
     qt, rt = ORIGINAL(a.double(), mode)  # same sign convention (LAPACK), so the factors agree
     tol = 1e-4 if dtype == torch.float32 else 5e-2

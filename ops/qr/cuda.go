@@ -1,0 +1,167 @@
+package qr
+
+import (
+	_ "embed"
+	"unsafe"
+
+	"metalcore/encoder/cuda"
+	"metalcore/internal/core"
+)
+
+//go:embed qr.cu
+var kernels string
+
+func init() { cuda.Register(kernels) }
+
+const (
+	// smallMax bounds the matrices qr_small factors in shared memory
+	// (rows, columns and q's columns).
+	smallMax = 128
+	// panelWidth is qr.cu's QR_NB: the columns of one blocked step.
+	panelWidth = 32
+	// panelRows is about the rows each block of a panel group owns: more
+	// blocks make each column's exchange slower (measured on an H100).
+	panelRows = 256
+)
+
+// gpuLayout is where the blocked path keeps its work in the workspace, in
+// floats: the matrices (column-major), q being formed, each panel's T, the
+// split products V^T C and their sum W, the panel groups' exchange slots
+// (doubles) and barrier counters.
+type gpuLayout struct {
+	w, qw, t, y, prod, part, counters, total int64
+	panels, ldw, groups, splits              int
+}
+
+// qrSlot is qr.cu's QR_SLOT (doubles per block and column).
+const qrSlot = 2*panelWidth + 2
+
+func layoutFor(s shapes, withQ bool, sms int) gpuLayout {
+	l := gpuLayout{panels: (s.k + panelWidth - 1) / panelWidth, ldw: s.n}
+	b, m, n := int64(s.batch), int64(s.m), int64(s.n)
+	qc := int64(0)
+	if withQ {
+		qc = int64(s.qCols)
+		l.ldw = max(s.n, s.qCols)
+	}
+	// Panels: blocks of about panelRows rows, up to two per multiprocessor
+	// over the batch (all of a group must be resident at once).
+	l.groups = max(1, min((s.m+panelRows-1)/panelRows, 2*sms/s.batch))
+	// V^T C: split over rows until the batch's blocks fill the GPU.
+	l.splits = max(1, min(16, (4*sms+s.batch-1)/s.batch))
+	l.qw = b * m * n
+	l.t = l.qw + b*m*qc
+	l.y = l.t + b*int64(l.panels)*panelWidth*panelWidth
+	l.prod = l.y + b*int64(l.splits)*panelWidth*int64(l.ldw)
+	l.part = (l.prod + b*panelWidth*int64(l.ldw) + 1) &^ 1 // doubles: 8-byte aligned
+	l.counters = l.part + 2*b*2*int64(l.groups)*qrSlot
+	l.total = l.counters + b
+	return l
+}
+
+// small reports whether qr_small takes these matrices.
+func (s shapes) small(withQ bool) bool {
+	qc := 0
+	if withQ {
+		qc = s.qCols
+	}
+	return max(s.m, s.n, qc) <= smallMax
+}
+
+// cudaWorkspaceBytes is what a CUDA call on dev needs: nothing for small
+// matrices, the blocked path's work otherwise.
+func cudaWorkspaceBytes(s shapes, mode int32, dev int) (int64, error) {
+	if s.batch == 0 || s.small(mode != ROnly) {
+		return 0, nil
+	}
+	sms, err := cuda.SMs(dev)
+	return layoutFor(s, mode != ROnly, sms).total * 4, cuda.Backend(err)
+}
+
+// qrCUDA factors on the caller's stream.
+func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
+	dev, dt := int(av.DeviceID), av.DType
+	withQ := qv != nil
+	qc := 0
+	if withQ {
+		qc = s.qCols
+	}
+	launch := func(name string, grid, block int, args ...uint64) error {
+		return cuda.Launch(dev, enc, name, grid, block, args...)
+	}
+	m, n := cuda.I32(s.m), cuda.I32(s.n)
+	if s.small(withQ) {
+		width := max(s.n, qc)
+		shared := ((s.m|1)*width + s.k) * 4
+		threads := 32 * max(1, (width+15)/16) // qr.cu's QR_SLOTS columns a warp
+		return cuda.Backend(cuda.LaunchShared(dev, enc, cuda.Kernel("qr_small", dt), s.batch, threads, shared,
+			cuda.Ptr(av.Base), cuda.View(qv), cuda.Ptr(rv.Base), m, n, cuda.I32(qc), cuda.I32(s.rRows)))
+	}
+	sms, err := cuda.SMs(dev)
+	if err != nil {
+		return cuda.Backend(err)
+	}
+	l := layoutFor(s, withQ, sms)
+	at := func(off int64) uint64 { return cuda.Ptr(unsafe.Add(ws.Base, off*4)) }
+	w, qw, t, y, prod, part, counters := at(0), at(l.qw), at(l.t), at(l.y), at(l.prod), at(l.part), at(l.counters)
+	if !withQ {
+		qw = 0
+	}
+	elems := s.batch * s.m * max(s.n, qc)
+	spread := min((elems+255)/256, 8*sms)
+	if err := launch(cuda.Kernel("qr_load", dt), spread, 256, cuda.Ptr(av.Base), w, qw, counters, cuda.I32(s.batch), m, n, cuda.I32(qc)); err != nil {
+		return cuda.Backend(err)
+	}
+	ldw := cuda.I32(l.ldw)
+	// apply runs I - V op(T) V^T of the panel at k0 over columns c0.. of c.
+	apply := func(c uint64, cstride int64, k0, jb, c0, cols int, trans bool) error {
+		if cols <= 0 {
+			return nil
+		}
+		tr := 0
+		if trans {
+			tr = 1
+		}
+		tiles := (cols + 31) / 32
+		splits := max(1, min(l.splits, (4*sms+s.batch*tiles-1)/(s.batch*tiles), (s.m-k0+31)/32))
+		span := []uint64{cuda.I32(k0), cuda.I32(jb), cuda.I32(c0), cuda.I32(cols)}
+		err := launch("qr_vtw", s.batch*splits*tiles, 256, append([]uint64{w, c, y, m, n, cuda.I64(cstride)},
+			append(span, cuda.I32(splits), ldw)...)...)
+		if err == nil {
+			err = launch("qr_wsum", s.batch*tiles, 256, append([]uint64{y, t, prod}, append(span, cuda.I32(splits),
+				cuda.I32(l.panels), ldw, cuda.I32(tr))...)...)
+		}
+		if err != nil {
+			return err
+		}
+		blocks := s.batch * ((s.m - k0 + 63) / 64) * ((cols + 63) / 64)
+		return launch("qr_update", blocks, 256, append([]uint64{w, prod, c, m, n, cuda.I64(cstride)}, append(span, ldw)...)...)
+	}
+	mn := int64(s.m) * int64(s.n)
+	arrivals := 0
+	for k0 := 0; k0 < s.k; k0 += panelWidth {
+		jb := min(panelWidth, s.k-k0)
+		groups := max(1, min(l.groups, (s.m-k0+panelRows-1)/panelRows))
+		err := launch("qr_panel", s.batch*groups, 256, w, t, part, counters, cuda.I32(arrivals), m, n, cuda.I32(k0),
+			cuda.I32(jb), cuda.I32(l.panels), cuda.I32(groups))
+		if err != nil {
+			return cuda.Backend(err)
+		}
+		if groups > 1 {
+			arrivals += jb * groups
+		}
+		if err := apply(w, mn, k0, jb, k0+jb, s.n-k0-jb, true); err != nil {
+			return cuda.Backend(err)
+		}
+	}
+	if withQ {
+		for p := l.panels - 1; p >= 0; p-- {
+			k0 := p * panelWidth
+			if err := apply(qw, int64(s.m)*int64(qc), k0, min(panelWidth, s.k-k0), k0, qc-k0, false); err != nil {
+				return cuda.Backend(err)
+			}
+		}
+	}
+	return cuda.Backend(launch(cuda.Kernel("qr_store", dt), spread, 256, w, qw, cuda.View(qv), cuda.Ptr(rv.Base),
+		cuda.I32(s.batch), m, n, cuda.I32(qc), cuda.I32(s.rRows)))
+}

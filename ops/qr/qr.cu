@@ -1,0 +1,485 @@
+// Householder QR on the GPU. Working matrices are float32, column-major.
+//
+// Small matrices (max(m, n, q's columns) <= 128): qr_small, one block per
+// matrix held in shared memory, LAPACK's geqr2 then org2r in place.
+//
+// Larger ones: blocked Householder (compact WY) in the caller's workspace:
+// qr_load copies a in; per panel of QR_NB columns, qr_panel factors the
+// panel (a group of blocks per matrix, each owning a slice of rows) and
+// builds its T; qr_vtw, qr_wsum and qr_update apply I - V T^T V^T to the
+// trailing columns; q is formed by applying the panels backwards to the
+// identity with the same three kernels; qr_store writes q and r in the
+// dtype.
+
+#define QR_NB 32
+
+// A column's Householder reflector (LAPACK's slarfg): from alpha (the
+// diagonal entry) and ss (the squared norm below it), beta replaces the
+// diagonal, the entries below are multiplied by scale, and tau is returned
+// (0: nothing to reflect). Norm and scale stay in double so columns scaled
+// by 1e-30 or 1e30, or left with denormal rounding residue (whose 1/norm
+// overflows float32), neither underflow nor overflow.
+struct Reflector {
+    float beta, tau;
+    double scale;
+    MC_METHOD Reflector(float alpha, double ss) {
+        beta = alpha, scale = 1, tau = 0.f;
+        if (ss > 0) {
+            double b = -copysign(sqrt((double)alpha * alpha + ss), (double)alpha);
+            beta = (float)b;
+            scale = 1.0 / (alpha - b);
+            tau = (float)((b - alpha) / b);
+        }
+    }
+    MC_METHOD float scaled(float x) const { return (float)(x * scale); }
+};
+
+// ---- small matrices --------------------------------------------------------
+
+// Sums p[0..2S) over the warp (S = 16, 8, ...): lane l ends with the sum
+// of every lane's p[l mod 2S] in p[0] (2S-1 shuffles for 2S sums, then one
+// per remaining lane bit). Recursion by template keeps every index constant,
+// so p stays in registers.
+template <int S, class V> MC_DEVICE void qr_warp_halves(V* p, int lane) {
+    bool upper = lane & S;
+#pragma unroll
+    for (int t = 0; t < S; t++) {
+        V send = upper ? p[t] : p[t + S], keep = upper ? p[t + S] : p[t];
+        p[t] = keep + __shfl_xor_sync(0xffffffffu, send, S);
+    }
+    if constexpr (S > 1) qr_warp_halves<S / 2>(p, lane);
+}
+template <int S, class V> MC_DEVICE void qr_warp_sums(V* p, int lane) {
+    qr_warp_halves<S>(p, lane);
+#pragma unroll
+    for (int s = 2 * S; s < 32; s <<= 1) p[0] += __shfl_xor_sync(0xffffffffu, p[0], s);
+}
+
+// qr_small: column c of the matrix lives in the registers of warp c % nw
+// (slot c / nw), lane l holding rows l, l+32, l+64, l+96. Reflector j: its
+// owner warp builds it and leaves the final column j (r above, the
+// reflector below) in shared memory; every warp applies it to its columns
+// past j, the lanes' partial dot products of all its columns summed at once.
+// q is formed the same way (org2r), from the reflectors in shared memory.
+#define QR_SLOTS 16
+
+// x -= t (v . x) v for every slot whose column c is in [from, to); the dot
+// products of all slots are summed over the lanes together.
+MC_DEVICE void qr_reflect(float (&x)[QR_SLOTS][4], const float (&v)[4], int from, int to, float t, int warp, int nw,
+                          int lane) {
+    float p[QR_SLOTS];
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++) {
+        p[s] = 0.f;
+#pragma unroll
+        for (int r = 0; r < 4; r++) p[s] += v[r] * x[s][r];
+    }
+    qr_warp_sums<QR_SLOTS / 2>(p, lane);
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++) {
+        int c = warp + s * nw;
+        float d = __shfl_sync(0xffffffffu, p[0], s) * t;
+        if (c >= from && c < to)
+#pragma unroll
+            for (int r = 0; r < 4; r++) x[s][r] -= d * v[r];
+    }
+}
+
+// Reflector j's entries for this lane's rows, from column j in shared memory.
+MC_DEVICE void qr_load_v(float (&v)[4], const float* S, int ld, int m, int j, int lane) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int i = lane + 32 * r;
+        v[r] = i < j || i >= m ? 0.f : i == j ? 1.f : S[j * ld + i];
+    }
+}
+
+template <class D>
+__device__ void qr_small(const void* a_, void* q_, void* r_, int m, int n, int qc, int rr) {
+    typedef typename D::T T;
+    MC_SHARED_DYNAMIC(float, S);  // column-major, odd leading dimension: no bank conflicts
+    int ld = m | 1, k = min(m, n), width = max(n, q_ ? qc : 0);
+    float* tau = S + ld * width;
+    int tid = MC_TID, nw = MC_NTHREADS >> 5, warp = tid >> 5, lane = tid & 31;
+    mc_i64 b = MC_BLOCK;
+    const T* a = (const T*)a_ + b * m * n;
+    for (int e = tid; e < m * n; e += MC_NTHREADS) S[(e % n) * ld + e / n] = D::load(a + e);
+    MC_BARRIER();
+    float x[QR_SLOTS][4], v[4];
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int c = warp + s * nw, i = lane + 32 * r;
+            x[s][r] = c < n && i < m ? S[c * ld + i] : 0.f;
+        }
+    MC_BARRIER();
+    // Reflector j = s nw + w belongs to warp w's slot s: the slot loop is
+    // unrolled so that the owner reads its column from a fixed register.
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++)
+        for (int w = 0; w < nw && s * nw + w < k; w++) {
+            int j = s * nw + w;
+            if (warp == w) {
+                double ss = 0;
+                float alpha = 0.f;
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int i = lane + 32 * r;
+                    if (i > j) ss += (double)x[s][r] * x[s][r];
+                    if (i == j) alpha = x[s][r];
+                }
+                Reflector h(mc_warp_sum(alpha), mc_warp_sum(ss));
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int i = lane + 32 * r;
+                    if (i < m) S[j * ld + i] = i < j ? x[s][r] : i == j ? h.beta : h.scaled(x[s][r]);
+                }
+                if (lane == 0) tau[j] = h.tau;
+            }
+            MC_BARRIER();  // one per reflector: column j and tau[j] are not written again
+            float t = tau[j];
+            if (t == 0.f) continue;
+            qr_load_v(v, S, ld, m, j, lane);
+            qr_reflect(x, v, j + 1, n, t, warp, nw, lane);
+        }
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++) {  // columns past k hold the rest of r
+        int c = warp + s * nw;
+        if (c >= k && c < n)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                if (lane + 32 * r < m) S[c * ld + lane + 32 * r] = x[s][r];
+    }
+    MC_BARRIER();
+    T* rout = (T*)r_ + b * rr * n;
+    for (int e = tid; e < rr * n; e += MC_NTHREADS) {
+        int i = e / n, j = e % n;
+        D::store(rout + e, i <= j && i < k ? S[j * ld + i] : 0.f);
+    }
+    if (!q_) return;
+    // q = H_0 ... H_k-1 applied to the identity's first qc columns, last
+    // reflector first; H_j changes only columns from j.
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) x[s][r] = warp + s * nw == lane + 32 * r ? 1.f : 0.f;
+    for (int j = k - 1; j >= 0; j--) {
+        float t = tau[j];
+        if (t == 0.f) continue;
+        qr_load_v(v, S, ld, m, j, lane);
+        qr_reflect(x, v, j, qc, t, warp, nw, lane);
+    }
+    MC_BARRIER();  // every warp is done with the reflectors
+#pragma unroll
+    for (int s = 0; s < QR_SLOTS; s++) {
+        int c = warp + s * nw;
+        if (c < qc)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                if (lane + 32 * r < m) S[c * ld + lane + 32 * r] = x[s][r];
+    }
+    MC_BARRIER();
+    T* q = (T*)q_ + b * m * qc;
+    for (int e = tid; e < m * qc; e += MC_NTHREADS) D::store(q + e, S[(e % qc) * ld + e / qc]);
+}
+MC_INSTANTIATE(qr_small, (const void* a, void* q, void* r, int m, int n, int qc, int rr), (a, q, r, m, n, qc, rr))
+
+// ---- blocked, in the workspace ---------------------------------------------
+
+// qr_load: w = a (column-major per matrix), qw = the m x qc identity when
+// given, and the panel groups' barrier counters zeroed.
+template <class D>
+__device__ void qr_load(const void* a_, float* w, float* qw, unsigned* counters, int batch, int m, int n, int qc) {
+    const typename D::T* a = (const typename D::T*)a_;
+    mc_i64 mn = (mc_i64)m * n, stride = MC_NBLOCKS * MC_NTHREADS;
+    for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch; e += stride) counters[e] = 0;
+    for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * mn; e += stride) {
+        mc_i64 b = e / mn;
+        int i = (int)(e % mn / n), j = (int)(e % n);
+        w[b * mn + (mc_i64)j * m + i] = D::load(a + e);
+    }
+    if (!qw) return;
+    mc_i64 mq = (mc_i64)m * qc;
+    for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * mq; e += stride) {
+        int i = (int)(e % m), c = (int)(e % mq / m);
+        qw[e] = i == c ? 1.f : 0.f;
+    }
+}
+MC_INSTANTIATE(qr_load, (const void* a, float* w, float* qw, unsigned* counters, int batch, int m, int n, int qc),
+               (a, w, qw, counters, batch, m, n, qc))
+
+// qr_store: r (upper triangle of w, zeros below) and q from qw, row-major in
+// the dtype.
+template <class D>
+__device__ void qr_store(const float* w, const float* qw, void* q_, void* r_, int batch, int m, int n, int qc,
+                         int rr) {
+    typedef typename D::T T;
+    int k = min(m, n);
+    mc_i64 stride = MC_NBLOCKS * MC_NTHREADS, rn = (mc_i64)rr * n, mn = (mc_i64)m * n;
+    for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * rn; e += stride) {
+        mc_i64 b = e / rn;
+        int i = (int)(e % rn / n), j = (int)(e % n);
+        D::store((T*)r_ + e, i <= j && i < k ? w[b * mn + (mc_i64)j * m + i] : 0.f);
+    }
+    if (!q_) return;
+    mc_i64 mq = (mc_i64)m * qc;
+    for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * mq; e += stride) {
+        mc_i64 b = e / mq;
+        int i = (int)(e % mq / qc), c = (int)(e % qc);
+        D::store((T*)q_ + e, qw[b * mq + (mc_i64)c * m + i]);
+    }
+}
+MC_INSTANTIATE(qr_store, (const float* w, const float* qw, void* q, void* r, int batch, int m, int n, int qc, int rr),
+               (w, qw, q, r, batch, m, n, qc, rr))
+
+// A load from L2, past this multiprocessor's L1 (which may hold a stale copy
+// of what another block wrote).
+MC_DEVICE double qr_load_l2(const double* p) {
+    double v;
+    asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p));
+    return v;
+}
+
+// The blocks of one matrix's group wait for each other: arrival `target`
+// of the matrix's counter (zeroed by qr_load, counting up through the call).
+// Every block of a group is resident at once: the host launches no more
+// blocks than the GPU holds.
+MC_DEVICE void qr_group_sync(unsigned* counter, unsigned target) {
+    __threadfence();
+    MC_BARRIER();
+    if (MC_TID == 0) {
+        atomicAdd(counter, 1u);
+        while (*(volatile unsigned*)counter < target) {
+        }
+        __threadfence();
+    }
+    MC_BARRIER();
+}
+
+// qr_panel factors columns k0 .. k0+jb-1 (rows k0 ..) of every matrix of w,
+// leaving the reflectors below the diagonal, and writes the panel's upper
+// triangular T (I - V T V^T = H_0 ... H_jb-1) to Tp. `groups` blocks share
+// a matrix, each owning a slice of the rows. Per column c, one pass over the
+// slice sums (in double: columns of 1e-30 or 1e30 neither underflow nor
+// overflow) x_i^2 and x_i A[i][d] for the other panel columns
+// (d > j: the reflector's products with the columns it updates; d < j: the
+// earlier reflectors, which give T); the block owning row c adds that row.
+// The group exchanges these through part (two slots, alternating by
+// column), and each block updates its slice. Totals add in block order:
+// deterministic. The counter's arrivals before this launch are `base`.
+#define QR_SLOT (2 * QR_NB + 2)  // x^2, 32 sums, unused, row c's 32 values
+MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
+                        int jb, int npanels, int groups) {
+    MC_SHARED float gram[QR_NB][QR_NB + 1];
+    MC_SHARED double red[32][33], dred[32], tot[QR_SLOT], tau[QR_NB];
+    int tid = MC_TID, nt = MC_NTHREADS, warp = tid >> 5, lane = tid & 31, nw = nt >> 5;
+    mc_i64 b = MC_BLOCK / groups;
+    int g = (int)(MC_BLOCK % groups);
+    int per = (m - k0 + groups - 1) / groups, lo = k0 + g * per, hi = min(m, lo + per);
+    float* A = w + b * m * n;
+    double* pb = part + b * 2 * groups * QR_SLOT;
+    // A thread keeps its rows (lo + tid, + nt, ...) for the whole panel, so
+    // it reads only what it wrote itself; row c's values reach the group
+    // through the exchange.
+    for (int j = 0; j < jb; j++) {
+        int c = k0 + j;
+        float* x = A + (mc_i64)c * m;
+        double p[32], ss = 0;
+#pragma unroll
+        for (int d = 0; d < 32; d++) p[d] = 0;
+        for (int i = lo + tid; i < hi; i += nt) {
+            if (i <= c) continue;
+            double xi = x[i];
+            ss += xi * xi;
+#pragma unroll
+            for (int d = 0; d < 32; d++)
+                if (d < jb && d != j) p[d] += xi * A[(mc_i64)(k0 + d) * m + i];
+        }
+        qr_warp_sums<16>(p, lane);
+        red[warp][lane] = p[0];
+        ss = mc_warp_sum(ss);
+        if (lane == 0) dred[warp] = ss;
+        MC_BARRIER();
+        double* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
+        if (tid <= QR_NB) {
+            double t = 0;
+            for (int v = 0; v < nw; v++) t += tid == 0 ? dred[v] : red[v][tid - 1];
+            slot[tid] = t;
+        } else if (tid < QR_SLOT) {
+            int d = tid - QR_NB - 2;
+            slot[tid] = d >= 0 && d < jb && lo <= c && c < hi ? A[(mc_i64)(k0 + d) * m + c] : 0.0;
+        }
+        if (groups > 1) qr_group_sync(counters + b, base + (unsigned)((j + 1) * groups));
+        else MC_BARRIER();
+        // totals over the group, value v by thread v, read past L1 (other
+        // blocks wrote them), all loads in flight together
+        const double* all = pb + (j & 1) * groups * QR_SLOT;
+        if (tid < QR_SLOT) {
+            double t = 0;
+#pragma unroll 8
+            for (int h = 0; h < groups; h++) t += qr_load_l2(all + h * QR_SLOT + tid);
+            tot[tid] = t;
+        }
+        MC_BARRIER();
+        // every thread derives the reflector and its products itself
+        const double* rowc = tot + QR_NB + 2;
+        Reflector h((float)rowc[j], tot[0]);
+        float coef[32];  // d > j: tau (v_j . column d); d < j: v_d . v_j
+#pragma unroll
+        for (int d = 0; d < 32; d++) coef[d] = (float)(rowc[d] + h.scale * tot[1 + d]) * (d > j ? h.tau : 1.f);
+        if (tid == 0) tau[j] = h.tau;
+        if (tid < j) gram[tid][j] = (float)(rowc[tid] + h.scale * tot[1 + tid]);
+        for (int i = lo + tid; i < hi; i += nt) {
+            if (i < c) continue;
+            if (i == c) {  // row c: beta, and the columns' own entries
+                x[c] = h.beta;
+#pragma unroll
+                for (int d = 0; d < 32; d++)
+                    if (d > j && d < jb) A[(mc_i64)(k0 + d) * m + c] -= coef[d];
+                continue;
+            }
+            float vi = h.scaled(x[i]);
+            x[i] = vi;
+#pragma unroll
+            for (int d = 0; d < 32; d++)
+                if (d > j && d < jb) A[(mc_i64)(k0 + d) * m + i] -= vi * coef[d];
+        }
+    }
+    MC_BARRIER();
+    if (g != 0) return;
+    // T (LAPACK's slarft, forward columnwise): T[j][j] = tau_j,
+    // T[0:j, j] = -tau_j T[0:j, 0:j] gram[0:j, j]; built over gram's upper part.
+    for (int j = 0; j < jb; j++) {
+        if (tid < j) red[0][tid] = gram[tid][j];
+        MC_BARRIER();
+        if (tid < j) {
+            float s = 0.f;
+            for (int q = tid; q < j; q++) s += gram[tid][q] * (float)red[0][q];
+            gram[tid][j] = (float)-tau[j] * s;
+        }
+        if (tid == j) gram[j][j] = (float)tau[j];
+        MC_BARRIER();
+    }
+    float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
+    for (int e = tid; e < QR_NB * QR_NB; e += nt) {
+        int i = e / QR_NB, j = e % QR_NB;
+        Tg[e] = i < jb && j < jb && i <= j ? gram[i][j] : 0.f;
+    }
+}
+
+// Entry i of reflector column c (row c holds its implicit 1; rows above, 0).
+MC_DEVICE float qr_v(const float* A, int m, int c, int i) { return i < c ? 0.f : i == c ? 1.f : A[(mc_i64)c * m + i]; }
+
+// qr_vtw: the partial products Y_s = V^T C over columns c0 .. c0+nct-1 of C
+// and split s of its rows (row chunks of 32 from k0, every splits-th), for
+// the panel at k0. One block of 256 threads per (matrix, split, 32
+// columns); Y_s goes to Yp, QR_NB rows of ldw floats per (matrix, split).
+MC_KERNEL void qr_vtw(const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
+                      int nct, int splits, int ldw) {
+    MC_SHARED float Vs[32][33], Cs[32][33];
+    int tid = MC_TID, cc = tid & 31, g = tid >> 5;
+    int tiles = (nct + 31) / 32;
+    mc_i64 bs = MC_BLOCK / tiles;  // matrix * splits + split
+    mc_i64 b = bs / splits;
+    int split = (int)(bs % splits);
+    int ct = c0 + (int)(MC_BLOCK % tiles) * 32, cend = c0 + nct;
+    const float* A = w + b * m * n;
+    const float* Cb = C + b * cstride;
+    float y[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int r0 = k0 + 32 * split; r0 < m; r0 += 32 * splits) {
+        for (int e = tid; e < 1024; e += 256) {
+            int j = e >> 5, i = e & 31, row = r0 + i;
+            Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
+            Cs[i][j] = row < m && ct + j < cend ? Cb[(mc_i64)(ct + j) * m + row] : 0.f;
+        }
+        MC_BARRIER();
+#pragma unroll 8
+        for (int i = 0; i < 32; i++) {
+            float c = Cs[i][cc];
+#pragma unroll
+            for (int q = 0; q < 4; q++) y[q] += Vs[i][g + 8 * q] * c;
+        }
+        MC_BARRIER();
+    }
+    if (ct + cc >= cend) return;
+    float* Yb = Yp + bs * QR_NB * ldw;
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        if (g + 8 * q < jb) Yb[(mc_i64)(g + 8 * q) * ldw + ct + cc] = y[q];
+}
+
+// qr_wsum: W = op(T) (sum over splits of Y_s), op(T) = T^T when trans (the
+// factorization applies H^T; forming q applies H). One block of 256
+// threads per 32 columns.
+MC_KERNEL void qr_wsum(const float* Yp, const float* Tp, float* W, int k0, int jb, int c0, int nct, int splits,
+                       int npanels, int ldw, int trans) {
+    MC_SHARED float T[QR_NB][QR_NB + 1], Y[QR_NB][33];
+    int tid = MC_TID, cc = tid & 31, g = tid >> 5;
+    int tiles = (nct + 31) / 32;
+    mc_i64 b = MC_BLOCK / tiles;
+    int c = c0 + (int)(MC_BLOCK % tiles) * 32 + cc;
+    bool in = c < c0 + nct;
+    const float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
+    for (int e = tid; e < QR_NB * QR_NB; e += 256) T[e / QR_NB][e % QR_NB] = Tg[e];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        int p = g + 8 * q;
+        float y = 0.f;
+        if (in && p < jb)
+            for (int s = 0; s < splits; s++) y += Yp[((b * splits + s) * QR_NB + p) * ldw + c];
+        Y[p][cc] = y;
+    }
+    MC_BARRIER();
+    if (!in) return;
+    float* Wb = W + b * QR_NB * ldw;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        int r = g + 8 * q;
+        if (r >= jb) continue;
+        float s = 0.f;
+        for (int p = 0; p < jb; p++) s += (trans ? T[p][r] : T[r][p]) * Y[p][cc];
+        Wb[(mc_i64)r * ldw + c] = s;
+    }
+}
+
+// qr_update: C -= V W over rows k0 .. m-1 and columns c0 .. c0+nct-1; one
+// block of 256 threads per 64 x 64 tile, 4 x 4 values a thread.
+MC_KERNEL void qr_update(const float* w, const float* W, float* C, int m, int n, mc_i64 cstride, int k0, int jb,
+                         int c0, int nct, int ldw) {
+    MC_SHARED float Vs[64][33], Ws[32][65];
+    int tid = MC_TID, ri = tid & 15, ci = tid >> 4;
+    int rtiles = (m - k0 + 63) / 64, ctiles = (nct + 63) / 64;
+    mc_i64 b = MC_BLOCK / (rtiles * ctiles);
+    int t = (int)(MC_BLOCK % (rtiles * ctiles));
+    int r0 = k0 + t / ctiles * 64, cb = c0 + t % ctiles * 64, cend = c0 + nct;
+    const float* A = w + b * m * n;
+    const float* Wb = W + b * QR_NB * ldw;
+    for (int e = tid; e < 64 * 32; e += 256) {
+        int j = e >> 6, i = e & 63, row = r0 + i;
+        Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
+        Ws[j][i] = j < jb && cb + i < cend ? Wb[(mc_i64)j * ldw + cb + i] : 0.f;
+    }
+    MC_BARRIER();
+    float acc[4][4] = {};
+    for (int j = 0; j < jb; j++) {
+        float v[4], x[4];
+#pragma unroll
+        for (int a = 0; a < 4; a++) v[a] = Vs[ri + 16 * a][j], x[a] = Ws[j][ci + 16 * a];
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][c] += v[a] * x[c];
+    }
+    float* Cb = C + b * cstride;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        int col = cb + ci + 16 * c;
+        if (col >= cend) continue;
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            int row = r0 + ri + 16 * a;
+            if (row < m) Cb[(mc_i64)col * m + row] -= acc[a][c];
+        }
+    }
+}
