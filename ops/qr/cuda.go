@@ -19,8 +19,9 @@ const (
 	smallMax = 128
 	// panelWidth is qr.cu's QR_NB: the columns of one blocked step.
 	panelWidth = 32
-	// panelRows is about the rows each block of a panel group owns: more
-	// blocks make each column's exchange slower (measured on an H100).
+	// panelRows is about the rows each block of a panel group owns
+	// (measured on an H100 for 4096x4096 and 8192x1024: 256 beats 128, 512
+	// and 1024).
 	panelRows = 256
 )
 
@@ -44,9 +45,15 @@ func layoutFor(s shapes, withQ bool, sms int) gpuLayout {
 		qc = int64(s.qCols)
 		l.ldw = max(s.n, s.qCols)
 	}
-	// Panels: blocks of about panelRows rows, up to two per multiprocessor
-	// over the batch (all of a group must be resident at once).
-	l.groups = max(1, min((s.m+panelRows-1)/panelRows, 2*sms/s.batch))
+	// Panels: one block per matrix when the batch alone fills half the
+	// GPU, else blocks of about panelRows rows, up to two per
+	// multiprocessor over the batch (all of a group must be resident at
+	// once). Measured on an H100: 100x512x512 9 ms with one block per
+	// matrix, 13 ms with two.
+	l.groups = 1
+	if s.batch < sms/2 {
+		l.groups = max(1, min((s.m+panelRows-1)/panelRows, 2*sms/s.batch))
+	}
 	// V^T C: split over rows until the batch's blocks fill the GPU.
 	l.splits = max(1, min(16, (4*sms+s.batch-1)/s.batch))
 	l.qw = b * m * n
@@ -122,13 +129,13 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 		if trans {
 			tr = 1
 		}
-		tiles := (cols + 31) / 32
+		tiles := (cols + 127) / 128 // qr_vtw's columns per block
 		splits := max(1, min(l.splits, (4*sms+s.batch*tiles-1)/(s.batch*tiles), (s.m-k0+31)/32))
 		span := []uint64{cuda.I32(k0), cuda.I32(jb), cuda.I32(c0), cuda.I32(cols)}
 		err := launch("qr_vtw", s.batch*splits*tiles, 256, append([]uint64{w, c, y, m, n, cuda.I64(cstride)},
 			append(span, cuda.I32(splits), ldw)...)...)
 		if err == nil {
-			err = launch("qr_wsum", s.batch*tiles, 256, append([]uint64{y, t, prod}, append(span, cuda.I32(splits),
+			err = launch("qr_wsum", s.batch*((cols+31)/32), 256, append([]uint64{y, t, prod}, append(span, cuda.I32(splits),
 				cuda.I32(l.panels), ldw, cuda.I32(tr))...)...)
 		}
 		if err != nil {
@@ -165,3 +172,4 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 	return cuda.Backend(launch(cuda.Kernel("qr_store", dt), spread, 256, w, qw, cuda.View(qv), cuda.Ptr(rv.Base),
 		cuda.I32(s.batch), m, n, cuda.I32(qc), cuda.I32(s.rRows)))
 }
+

@@ -373,40 +373,53 @@ MC_DEVICE float qr_v(const float* A, int m, int c, int i) { return i < c ? 0.f :
 
 // qr_vtw: the partial products Y_s = V^T C over columns c0 .. c0+nct-1 of C
 // and split s of its rows (row chunks of 32 from k0, every splits-th), for
-// the panel at k0. One block of 256 threads per (matrix, split, 32
-// columns); Y_s goes to Yp, QR_NB rows of ldw floats per (matrix, split).
+// the panel at k0. One block of 256 threads per (matrix, split, 128
+// columns), a thread 4 rows of Y by 4 columns; Y_s goes to Yp, QR_NB rows of
+// ldw floats per (matrix, split).
 MC_KERNEL void qr_vtw(const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
                       int nct, int splits, int ldw) {
-    MC_SHARED float Vs[32][33], Cs[32][33];
+    MC_SHARED __align__(16) float Vs[32][36];  // rows of 36: 16-byte aligned groups of 4
+    MC_SHARED float Cs[32][129];
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
-    int tiles = (nct + 31) / 32;
+    int tiles = (nct + 127) / 128;
     mc_i64 bs = MC_BLOCK / tiles;  // matrix * splits + split
     mc_i64 b = bs / splits;
     int split = (int)(bs % splits);
-    int ct = c0 + (int)(MC_BLOCK % tiles) * 32, cend = c0 + nct;
+    int ct = c0 + (int)(MC_BLOCK % tiles) * 128, cend = c0 + nct;
     const float* A = w + b * m * n;
     const float* Cb = C + b * cstride;
-    float y[4] = {0.f, 0.f, 0.f, 0.f};
+    float y[4][4] = {};
     for (int r0 = k0 + 32 * split; r0 < m; r0 += 32 * splits) {
         for (int e = tid; e < 1024; e += 256) {
             int j = e >> 5, i = e & 31, row = r0 + i;
             Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
-            Cs[i][j] = row < m && ct + j < cend ? Cb[(mc_i64)(ct + j) * m + row] : 0.f;
+        }
+        for (int e = tid; e < 4096; e += 256) {
+            int col = e >> 5, i = e & 31, row = r0 + i;
+            Cs[i][col] = row < m && ct + col < cend ? Cb[(mc_i64)(ct + col) * m + row] : 0.f;
         }
         MC_BARRIER();
 #pragma unroll 8
         for (int i = 0; i < 32; i++) {
-            float c = Cs[i][cc];
+            float4 v = *(const float4*)&Vs[i][4 * g];
+            float vv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int q = 0; q < 4; q++) y[q] += Vs[i][g + 8 * q] * c;
+            for (int q = 0; q < 4; q++) {
+                float c = Cs[i][cc + 32 * q];
+#pragma unroll
+                for (int a = 0; a < 4; a++) y[a][q] += vv[a] * c;
+            }
         }
         MC_BARRIER();
     }
-    if (ct + cc >= cend) return;
     float* Yb = Yp + bs * QR_NB * ldw;
 #pragma unroll
-    for (int q = 0; q < 4; q++)
-        if (g + 8 * q < jb) Yb[(mc_i64)(g + 8 * q) * ldw + ct + cc] = y[q];
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int jj = 4 * g + a, col = ct + cc + 32 * q;
+            if (jj < jb && col < cend) Yb[(mc_i64)jj * ldw + col] = y[a][q];
+        }
 }
 
 // qr_wsum: W = op(T) (sum over splits of Y_s), op(T) = T^T when trans (the
