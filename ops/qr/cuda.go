@@ -172,4 +172,3 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 	return cuda.Backend(launch(cuda.Kernel("qr_store", dt), spread, 256, w, qw, cuda.View(qv), cuda.Ptr(rv.Base),
 		cuda.I32(s.batch), m, n, cuda.I32(qc), cuda.I32(s.rRows)))
 }
-
