@@ -64,7 +64,9 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 		}
 	}
 	args = append(args, cuda.View(rstd), cuda.Ptr(b.dx.Base), cuda.I64(st[2]), cuda.View(ws), cuda.I32(x.Rows), cuda.I32(x.Cols))
-	threads := cuda.RowThreads(x.Cols, x.DType, 4)
+	// norm_bwd caches 16 elements a thread: as many 16-byte pieces as an
+	// element has bytes
+	threads := cuda.RowThreads(x.Cols, x.DType, x.DType.Size())
 	if err := cuda.Launch(dev, enc, cuda.Kernel(name, x.DType), blocks, threads, args...); err != nil || ws == nil {
 		return cuda.Backend(err)
 	}

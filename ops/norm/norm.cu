@@ -115,31 +115,32 @@ MC_INSTANTIATE(layernorm_fwd,
                 int cols, float eps),
                (x, xs, w, b, y, ys, mean, rstd, cols, eps))
 
-// Backward: block b takes rows [b*rows/P, (b+1)*rows/P) and, when partial is
+// Backward (layer: LayerNorm, else RMSNorm, fixed at compile time so
+// RMSNorm keeps no bias sums): block b takes rows [b*rows/P, (b+1)*rows/P) and, when partial is
 // given, leaves its column sums of the weight (and bias) gradient terms in
 // partial[b*ncol*cols ...] (ncol = 1 for RMSNorm, 2 for LayerNorm). The
-// first BWD_CACHE pieces of dy and x stay in registers and accumulate there;
+// first C pieces of dy and x (16 elements: 4 float32 pieces, 2 of 16-bit)
+// stay in registers and accumulate there;
 // wider rows re-read and add in memory (each thread owns its columns).
-#define BWD_CACHE 4
-template <class D>
-__device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs, const void* w_,
+template <class D, bool layer>
+__device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs, const void* w_,
                          const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial, int rows,
                          int cols) {
     typedef typename D::T T;
-    enum { N = Vec<D>::N };
+    enum { N = Vec<D>::N, C = 16 / N };
     MC_SHARED float red[33];
     int nb = (int)MC_NBLOCKS;
     int r0 = (int)(MC_BLOCK * rows / nb), r1 = (int)((MC_BLOCK + 1) * rows / nb);
     const T* w = (const T*)w_;
     bool wvec = w && mc_aligned(w, cols, N);
     float* part = partial ? partial + MC_BLOCK * (layer ? 2 : 1) * cols : 0;
-    float accw[BWD_CACHE][N], accb[BWD_CACHE][N];
+    float accw[C][N], accb[C][N];
 #pragma unroll
-    for (int k = 0; k < BWD_CACHE; k++)
+    for (int k = 0; k < C; k++)
         for (int j = 0; j < N; j++) accw[k][j] = accb[k][j] = 0.f;
     int n = (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS);
     if (part)
-        for (int k = BWD_CACHE; k < n; k++)
+        for (int k = C; k < n; k++)
             for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
                 if (s + j < cols) {
                     part[s + j] = 0.f;
@@ -152,7 +153,7 @@ __device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_
         bool dyvec = mc_aligned(dy, cols, N), xvec = mc_aligned(x, cols, N), dxvec = mc_aligned(dx, cols, N);
         float mu = layer ? mean[r] : 0.f, inv = rstd[r];
         float sg = 0.f, sgx = 0.f;
-        float dc[BWD_CACHE][N], xc[BWD_CACHE][N];
+        float dc[C][N], xc[C][N];
         // pass 1: sum(g) and sum(g * xhat) (RMSNorm: sum(g * x))
         auto sums = [&](const float* d, const float* xv, int s) {
             float wv[N];
@@ -164,14 +165,14 @@ __device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_
             }
         };
 #pragma unroll
-        for (int k = 0; k < BWD_CACHE; k++)
+        for (int k = 0; k < C; k++)
             if (k < n) {
                 int s = mc_piece_start(k, N);
                 mc_fetch<D>(dy, cols, dyvec, s, dc[k]);
                 mc_fetch<D>(x, cols, xvec, s, xc[k]);
                 sums(dc[k], xc[k], s);
             }
-        for (int k = BWD_CACHE; k < n; k++) {
+        for (int k = C; k < n; k++) {
             int s = mc_piece_start(k, N);
             float d[N], xv[N];
             mc_fetch<D>(dy, cols, dyvec, s, d);
@@ -194,9 +195,9 @@ __device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_
             mc_store<D>(dx, cols, dxvec, s, o);
         };
 #pragma unroll
-        for (int k = 0; k < BWD_CACHE; k++)
+        for (int k = 0; k < C; k++)
             if (k < n) grads(dc[k], xc[k], mc_piece_start(k, N), accw[k], accb[k]);
-        for (int k = BWD_CACHE; k < n; k++) {
+        for (int k = C; k < n; k++) {
             int s = mc_piece_start(k, N);
             float d[N], xv[N], aw[N], ab[N];
             mc_fetch<D>(dy, cols, dyvec, s, d);
@@ -213,7 +214,7 @@ __device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_
     }
     if (!part) return;
 #pragma unroll
-    for (int k = 0; k < BWD_CACHE; k++)
+    for (int k = 0; k < C; k++)
         for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
             if (k < n && s + j < cols) {
                 part[s + j] = accw[k][j];
@@ -224,7 +225,7 @@ __device__ void norm_bwd(bool layer, const void* dy_, mc_i64 dys, const void* x_
 template <class D>
 __device__ void rmsnorm_bwd(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* rstd,
                             void* dx, mc_i64 dxs, float* partial, int rows, int cols) {
-    norm_bwd<D>(false, dy, dys, x, xs, w, 0, rstd, dx, dxs, partial, rows, cols);
+    norm_bwd<D, false>(dy, dys, x, xs, w, 0, rstd, dx, dxs, partial, rows, cols);
 }
 MC_INSTANTIATE(rmsnorm_bwd,
                (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* rstd, void* dx,
@@ -234,7 +235,7 @@ MC_INSTANTIATE(rmsnorm_bwd,
 template <class D>
 __device__ void layernorm_bwd(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,
                               const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols) {
-    norm_bwd<D>(true, dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);
+    norm_bwd<D, true>(dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);
 }
 MC_INSTANTIATE(layernorm_bwd,
                (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,
