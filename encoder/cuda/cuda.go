@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"metalcore/internal/core"
@@ -33,7 +34,7 @@ type device struct {
 	ctx   context
 	funcs map[string]function // read without the lock once loaded is set
 	sms   int
-	ready bool
+	ready atomic.Bool // funcs is complete
 }
 
 // Register adds an op family's kernel source (called from init).
@@ -100,7 +101,7 @@ func Prepare(dev int) error {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if d.ready {
+	if d.ready.Load() {
 		return nil
 	}
 	leave, err := d.ctx.enter(dev)
@@ -125,7 +126,7 @@ func Prepare(dev int) error {
 		}
 		d.funcs[name] = f
 	}
-	d.ready = true
+	d.ready.Store(true)
 	return nil
 }
 
@@ -189,23 +190,8 @@ func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shar
 	if err != nil {
 		return err
 	}
-	leave, err := d.ctx.enter(dev)
-	if err != nil {
-		return err
-	}
-	defer leave()
-	mu.Lock()
-	ready := d.ready
-	mu.Unlock()
-	if !ready {
-		capturing, err := isCapturing(stream)
-		if err != nil {
-			return err
-		}
-		if capturing {
-			return fmt.Errorf("the kernels are not loaded and the stream is being captured: call mc_cuda_prepare(%d) before capture", dev)
-		}
-		if err := Prepare(dev); err != nil {
+	if !d.ready.Load() {
+		if err := prepareOutsideCapture(d, dev, stream); err != nil {
 			return err
 		}
 	}
@@ -216,7 +202,25 @@ func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shar
 	if grid == 0 {
 		return nil
 	}
-	return launch(f, grid, min(block, f.maxThreads), shared, stream, args, nparams)
+	return d.ctx.launch(dev, f, grid, min(block, f.maxThreads), shared, stream, args, nparams)
+}
+
+// prepareOutsideCapture loads the kernels, unless stream is being captured
+// into a graph (loading a module there would break the capture).
+func prepareOutsideCapture(d *device, dev int, stream unsafe.Pointer) error {
+	leave, err := d.ctx.enter(dev)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	capturing, err := isCapturing(stream)
+	if err != nil {
+		return err
+	}
+	if capturing {
+		return fmt.Errorf("the kernels are not loaded and the stream is being captured: call mc_cuda_prepare(%d) before capture", dev)
+	}
+	return Prepare(dev)
 }
 
 // LaunchStruct is Launch for a kernel whose one parameter is a struct of

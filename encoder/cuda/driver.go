@@ -240,6 +240,20 @@ static CUresult mc_launch(CUfunction f, unsigned gx, unsigned bx, unsigned shmem
     return p_cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shmem, (CUstream)stream, params, 0);
 }
 
+// mc_launch_in launches f within dev's context (entered as mc_enter does,
+// left after): one cgo call per launch, during which the calling thread
+// cannot change.
+static CUresult mc_launch_in(int dev, CUcontext primary, CUfunction f, unsigned gx, unsigned bx, unsigned shmem,
+                             uintptr_t stream, void* args, int n) {
+    int pushed;
+    CUresult r = mc_enter(dev, primary, &pushed);
+    if (r) return r;
+    if (shmem > 48 * 1024) r = mc_allow_shared(f, (int)shmem);
+    if (!r) r = mc_launch(f, gx, bx, shmem, stream, args, n);
+    mc_leave(pushed);
+    return r;
+}
+
 // test support
 static CUresult mc_alloc(size_t n, void** p) {
     CUdeviceptr d = 0;
@@ -368,14 +382,12 @@ func (m module) function(name string) (function, error) {
 	return f, err
 }
 
-func launch(f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64, nparams int) error {
-	if shmem > 48<<10 {
-		if err := check("cuFuncSetAttribute", C.mc_allow_shared(f.f, C.int(shmem))); err != nil {
-			return err
-		}
-	}
-	return check("cuLaunchKernel", C.mc_launch(f.f, C.uint(grid), C.uint(block), C.uint(shmem),
-		C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(nparams)))
+// launch runs f on stream within dev's context: entering it, opting f in
+// to more than 48 KiB of dynamic shared memory, launching and leaving, all
+// in one cgo call.
+func (c *context) launch(dev int, f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64, nparams int) error {
+	return check("launching a kernel (context, cuFuncSetAttribute, cuLaunchKernel)", C.mc_launch_in(C.int(dev), c.primary,
+		f.f, C.uint(grid), C.uint(block), C.uint(shmem), C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(nparams)))
 }
 
 // Test support: plain device memory and copies, synchronous.

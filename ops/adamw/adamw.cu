@@ -1,7 +1,9 @@
 // Multi-tensor AdamW: one launch steps up to ADAMW_MAX tensors whose
-// pointers and sizes travel by value in the kernel parameter. Block b steps
-// elements [chunk*ADAMW_CHUNK, ...) of the tensor whose block range holds b.
-#define ADAMW_MAX 36
+// pointers and sizes travel by value in the kernel parameter (about 28 KB:
+// CUDA 12.1+ takes up to 32 KB of parameters on sm_70 and later). Block b
+// steps elements [chunk*ADAMW_CHUNK, ...) of the tensor whose block range
+// holds b.
+#define ADAMW_MAX 512
 #define ADAMW_CHUNK 4096
 struct AdamWBatch {            // every field 8 bytes: the Go side writes words
     const void* grad[ADAMW_MAX];
@@ -32,8 +34,12 @@ MC_DEVICE float adamw_elem(float p, float g, float& m, float& v, float* vmax, fl
 template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     typedef typename D::T T;
     mc_i64 blk = MC_BLOCK;
-    int t = 0;
-    while (t + 1 < b.count && b.first_block[t + 1] <= blk) t++;
+    int t = 0, hi_t = (int)b.count - 1;  // the last tensor whose first block <= blk
+    while (t < hi_t) {
+        int mid = (t + hi_t + 1) / 2;
+        if (b.first_block[mid] <= blk) t = mid;
+        else hi_t = mid - 1;
+    }
     mc_i64 lo = (blk - b.first_block[t]) * ADAMW_CHUNK, hi = lo + ADAMW_CHUNK;
     if (hi > b.n[t]) hi = b.n[t];
     const T* g = (const T*)b.grad[t];

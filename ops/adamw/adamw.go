@@ -4,9 +4,12 @@
 package adamw
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"metalcore/encoder/cpu"
@@ -80,9 +83,35 @@ func at(list unsafe.Pointer, i int) *core.Tensor {
 	return *(**core.Tensor)(unsafe.Add(list, i*int(unsafe.Sizeof(uintptr(0)))))
 }
 
+// scratch holds one call's validated views; calls reuse it through
+// scratchPool (a 5,000-tensor list is 20,000 views: allocating and
+// collecting them each step cost as much as checking them).
+type scratch struct {
+	views   []core.View
+	all     []*core.View
+	groups  []group
+	extents []extent
+}
+
+// extent is a tensor's bytes [lo, hi), at is its index in the call's views.
+type extent struct {
+	lo, hi uintptr
+	at     int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// grow is s with length n, reallocated only when its capacity is short.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 // validate checks every tensor of the call before anything is written; a
-// failure names the list and the index.
-func validate(c *Config, l Lists, enc unsafe.Pointer) ([]group, error) {
+// failure names the list and the index. The groups live in sc.
+func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, error) {
 	if err := checkConfig(c); err != nil {
 		return nil, err
 	}
@@ -110,9 +139,10 @@ func validate(c *Config, l Lists, enc unsafe.Pointer) ([]group, error) {
 		}
 	}
 	nl := len(lists)
-	views := make([]core.View, int(l.N)*nl) // one allocation for the whole call
-	all := make([]*core.View, len(views))
-	groups := make([]group, l.N)
+	sc.views = grow(sc.views, int(l.N)*nl)
+	sc.all = grow(sc.all, len(sc.views))
+	sc.groups = grow(sc.groups, int(l.N))
+	views, all, groups := sc.views, sc.all, sc.groups
 	for i := range groups {
 		vs := all[i*nl : (i+1)*nl]
 		for k, li := range lists {
@@ -142,7 +172,7 @@ func validate(c *Config, l Lists, enc unsafe.Pointer) ([]group, error) {
 	if all[0].DeviceType == core.DeviceCPU && enc != nil {
 		return nil, core.Errorf(core.ErrInvalidArgument, "encoder must be NULL for CPU tensors")
 	}
-	return groups, noOverlap(all, nl)
+	return groups, noOverlap(all, nl, sc)
 }
 
 // checkOne validates tensor t of list k into v: a descriptor of its own,
@@ -171,19 +201,16 @@ func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) er
 // noOverlap rejects any two tensors of the call sharing memory: sorted by
 // start, each must end before the next begins. vs holds nl views per
 // parameter, in list order.
-func noOverlap(vs []*core.View, nl int) error {
-	type ext struct {
-		lo, hi uintptr
-		at     int // index into vs
-	}
-	es := make([]ext, 0, len(vs))
+func noOverlap(vs []*core.View, nl int, sc *scratch) error {
+	es := sc.extents[:0]
 	for i, v := range vs {
 		if v.N > 0 {
 			lo, hi := v.Extent()
-			es = append(es, ext{lo, hi, i})
+			es = append(es, extent{lo, hi, i})
 		}
 	}
-	sort.Slice(es, func(i, j int) bool { return es[i].lo < es[j].lo })
+	sc.extents = es
+	slices.SortFunc(es, func(a, b extent) int { return cmp.Compare(a.lo, b.lo) })
 	name := func(at int) string { return vs[at].Name + "[" + strconv.Itoa(at/nl) + "]" }
 	for i := 1; i < len(es); i++ {
 		if es[i].lo < es[i-1].hi {
@@ -195,7 +222,9 @@ func noOverlap(vs []*core.View, nl int) error {
 
 // Step takes one AdamW step on every tensor of the lists.
 func Step(c *Config, l Lists, enc unsafe.Pointer) error {
-	groups, err := validate(c, l, enc)
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	groups, err := validate(c, l, enc, sc)
 	if err != nil || len(groups) == 0 {
 		return err
 	}

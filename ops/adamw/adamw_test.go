@@ -174,3 +174,40 @@ func TestAllOrNothing(t *testing.T) {
 		require.Equal(t, before, s.bytes(), "%s: something was written", c.name)
 	}
 }
+
+// noOverlap with lists in and out of address order, with and without an
+// overlap between lists.
+func TestNoOverlap(t *testing.T) {
+	buf := tu.New(core.F32, []int64{1000})
+	view := func(off, n int64) *core.View {
+		x := *buf.Ptr()
+		shape := []int64{n}
+		x.Shape, x.ByteOffset = &shape[0], uint64(off*4)
+		v, err := core.Check("t", &x)
+		require.NoError(t, err)
+		return &v
+	}
+	// two lists, params then grads per parameter: offsets and sizes
+	for _, c := range []struct {
+		name    string
+		extents [][2]int64 // p0, g0, p1, g1, p2, g2
+		overlap bool
+	}{
+		{"in order", [][2]int64{{0, 10}, {100, 10}, {10, 10}, {110, 10}, {20, 10}, {120, 10}}, false},
+		{"in order, grads[1] over params[2]", [][2]int64{{0, 10}, {100, 10}, {10, 10}, {25, 10}, {30, 10}, {120, 10}}, true},
+		{"out of order", [][2]int64{{20, 10}, {100, 10}, {0, 10}, {120, 10}, {10, 10}, {110, 10}}, false},
+		{"out of order, params[0] over grads[2]", [][2]int64{{105, 10}, {200, 10}, {0, 10}, {120, 10}, {10, 10}, {110, 10}}, true},
+	} {
+		vs := make([]*core.View, len(c.extents))
+		for i, e := range c.extents {
+			vs[i] = view(e[0], e[1])
+		}
+		err := noOverlap(vs, 2, new(scratch))
+		if c.overlap {
+			require.Error(t, err, c.name)
+			require.Contains(t, err.Error(), "overlaps", c.name)
+		} else {
+			require.NoError(t, err, c.name)
+		}
+	}
+}

@@ -17,7 +17,7 @@ func init() { cuda.Register(kernels) }
 // The batch layout of adamw.cu: five pointer arrays, sizes, block prefix,
 // count, seven scalars, all 8-byte words.
 const (
-	batchMax   = 36
+	batchMax   = 512
 	chunkElems = 4096
 	batchWords = 6*batchMax + batchMax + 1 + 1 + 7
 )
