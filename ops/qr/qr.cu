@@ -302,24 +302,25 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
         if (lane == 0) dred[warp] = ss;
         MC_BARRIER();
         double* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
-        if (tid <= QR_NB) {
+        for (int v = tid; v < QR_SLOT; v += nt) {
             double t = 0;
-            for (int v = 0; v < nw; v++) t += tid == 0 ? dred[v] : red[v][tid - 1];
-            slot[tid] = t;
-        } else if (tid < QR_SLOT) {
-            int d = tid - QR_NB - 2;
-            slot[tid] = d >= 0 && d < jb && lo <= c && c < hi ? A[(mc_i64)(k0 + d) * m + c] : 0.0;
+            if (v <= QR_NB) {
+                for (int u = 0; u < nw; u++) t += v == 0 ? dred[u] : red[u][v - 1];
+            } else if (int d = v - QR_NB - 2; d >= 0 && d < jb && lo <= c && c < hi) {
+                t = A[(mc_i64)(k0 + d) * m + c];
+            }
+            slot[v] = t;
         }
         if (groups > 1) qr_group_sync(counters + b, base + (unsigned)((j + 1) * groups));
         else MC_BARRIER();
         // totals over the group, value v by thread v, read past L1 (other
         // blocks wrote them), all loads in flight together
         const double* all = pb + (j & 1) * groups * QR_SLOT;
-        if (tid < QR_SLOT) {
+        for (int v = tid; v < QR_SLOT; v += nt) {
             double t = 0;
 #pragma unroll 8
-            for (int h = 0; h < groups; h++) t += qr_load_l2(all + h * QR_SLOT + tid);
-            tot[tid] = t;
+            for (int h = 0; h < groups; h++) t += qr_load_l2(all + h * QR_SLOT + v);
+            tot[v] = t;
         }
         MC_BARRIER();
         // every thread derives the reflector and its products itself
