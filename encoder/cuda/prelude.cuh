@@ -89,6 +89,7 @@ MC_DEVICE float mc_warp_max(float v) {
 // floats of shared memory.
 MC_DEVICE float mc_block_sum(float v, float* scratch) {
     v = mc_warp_sum(v);
+    if (MC_NTHREADS == 32) return v;  // one warp: no shared memory, no barriers
     int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
     MC_BARRIER();
     if (lane == 0) scratch[warp] = v;
@@ -99,6 +100,7 @@ MC_DEVICE float mc_block_sum(float v, float* scratch) {
 }
 MC_DEVICE float mc_block_max(float v, float* scratch) {
     v = mc_warp_max(v);
+    if (MC_NTHREADS == 32) return v;
     int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
     MC_BARRIER();
     if (lane == 0) scratch[warp] = v;
