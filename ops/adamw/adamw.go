@@ -4,9 +4,7 @@
 package adamw
 
 import (
-	"cmp"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -91,6 +89,7 @@ type scratch struct {
 	all     []*core.View
 	groups  []group
 	extents []extent
+	spare   []extent // sortByStart's second buffer
 }
 
 // extent is a tensor's bytes [lo, hi), at is its index in the call's views.
@@ -143,28 +142,48 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	sc.all = grow(sc.all, len(sc.views))
 	sc.groups = grow(sc.groups, int(l.N))
 	views, all, groups := sc.views, sc.all, sc.groups
-	for i := range groups {
+	// one parameter's tensors: checked, and a failure named by list and index
+	check := func(i int) error {
 		vs := all[i*nl : (i+1)*nl]
 		for k, li := range lists {
 			v := &views[i*nl+k]
 			vs[k] = v
 			if err := checkOne(v, li.name, at(li.ptr, i), k, vs[0]); err != nil {
-				// messages name the tensor by list and index; built only on failure
+				// built only on failure
 				_, named := core.Check(li.name+"["+strconv.Itoa(i)+"]", at(li.ptr, i))
 				if named == nil {
 					named = core.Errorf(core.StatusOf(err), "%s[%d]: %v", li.name, i, err)
 				}
-				return nil, named
+				return named
 			}
 		}
 		if err := core.SameDType(vs[0], vs[1]); err != nil {
-			return nil, core.Errorf(core.StatusOf(err), "grads[%d] is %s but params[%d] is %s (mixed dtypes)", i, vs[1].DType, i, vs[0].DType)
+			return core.Errorf(core.StatusOf(err), "grads[%d] is %s but params[%d] is %s (mixed dtypes)", i, vs[1].DType, i, vs[0].DType)
 		}
-		g := group{p: vs[0], g: vs[1], m: vs[2], v: vs[3]}
+		groups[i] = group{p: vs[0], g: vs[1], m: vs[2], v: vs[3]}
 		if nl > 4 {
-			g.vmax = vs[4]
+			groups[i].vmax = vs[4]
 		}
-		groups[i] = g
+		return nil
+	}
+	// Long lists are checked by the worker pool; the error reported is the
+	// one of the lowest index, as a serial check would find it.
+	var mu sync.Mutex
+	firstBad, firstErr := len(groups), error(nil)
+	cpu.Parallel(len(groups), 512, func(lo, hi int, _ *cpu.Scratch) {
+		for i := lo; i < hi; i++ {
+			if err := check(i); err != nil {
+				mu.Lock()
+				if i < firstBad {
+					firstBad, firstErr = i, err
+				}
+				mu.Unlock()
+				return
+			}
+		}
+	})
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	if err := core.SameDevice(all...); err != nil {
 		return nil, err
@@ -210,7 +229,8 @@ func noOverlap(vs []*core.View, nl int, sc *scratch) error {
 		}
 	}
 	sc.extents = es
-	slices.SortFunc(es, func(a, b extent) int { return cmp.Compare(a.lo, b.lo) })
+	sc.spare = grow(sc.spare, len(es))
+	sortByStart(es, sc.spare)
 	name := func(at int) string { return vs[at].Name + "[" + strconv.Itoa(at/nl) + "]" }
 	for i := 1; i < len(es); i++ {
 		if es[i].lo < es[i-1].hi {
@@ -218,6 +238,38 @@ func noOverlap(vs []*core.View, nl int, sc *scratch) error {
 		}
 	}
 	return nil
+}
+
+// sortByStart orders es by lo: a least-significant-digit radix sort, a byte
+// a pass over the bits in which the starts differ (a 20,000-tensor list in
+// a fraction of a comparison sort's time); spare is as long as es.
+func sortByStart(es, spare []extent) {
+	if len(es) < 2 {
+		return
+	}
+	var differ uintptr
+	for _, e := range es {
+		differ |= e.lo ^ es[0].lo
+	}
+	src, dst := es, spare
+	for shift := 0; differ>>shift != 0; shift += 8 {
+		var count [257]int
+		for _, e := range src {
+			count[(e.lo>>shift)&0xff+1]++
+		}
+		for d := 1; d < 257; d++ {
+			count[d] += count[d-1]
+		}
+		for _, e := range src {
+			d := (e.lo >> shift) & 0xff
+			dst[count[d]] = e
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
+	}
 }
 
 // Step takes one AdamW step on every tensor of the lists.
