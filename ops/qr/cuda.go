@@ -155,7 +155,7 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 			return cuda.Backend(err)
 		}
 		if groups > 1 {
-			arrivals += jb * groups
+			arrivals += (jb + 1) * groups // qr_panel's exchanges: the scale, then one per column
 		}
 		if err := apply(w, mn, k0, jb, k0+jb, s.n-k0-jb, true); err != nil {
 			return cuda.Backend(err)

@@ -261,8 +261,7 @@ MC_DEVICE void qr_group_sync(unsigned* counter, unsigned target) {
 // leaving the reflectors below the diagonal, and writes the panel's upper
 // triangular T (I - V T V^T = H_0 ... H_jb-1) to Tp. `groups` blocks share
 // a matrix, each owning a slice of the rows. Per column c, one pass over the
-// slice sums (in double: columns of 1e-30 or 1e30 neither underflow nor
-// overflow) x_i^2 and x_i A[i][d] for the other panel columns
+// slice sums x_i^2 (in double) and x_i A[i][d] for the other panel columns
 // (d > j: the reflector's products with the columns it updates; d < j: the
 // earlier reflectors, which give T); the block owning row c adds that row.
 // The group exchanges these through part (two slots, alternating by
@@ -272,26 +271,51 @@ MC_DEVICE void qr_group_sync(unsigned* counter, unsigned target) {
 MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
                         int jb, int npanels, int groups) {
     MC_SHARED float gram[QR_NB][QR_NB + 1];
-    MC_SHARED double red[32][33], dred[32], tot[QR_SLOT], tau[QR_NB];
+    MC_SHARED float red[32][33];
+    MC_SHARED double dred[32], tot[QR_SLOT], tau[QR_NB];
     int tid = MC_TID, nt = MC_NTHREADS, warp = tid >> 5, lane = tid & 31, nw = nt >> 5;
     mc_i64 b = MC_BLOCK / groups;
     int g = (int)(MC_BLOCK % groups);
     int per = (m - k0 + groups - 1) / groups, lo = k0 + g * per, hi = min(m, lo + per);
     float* A = w + b * m * n;
     double* pb = part + b * 2 * groups * QR_SLOT;
+    // The panel is first scaled by the power of two that brings its largest
+    // entry to [0.5, 1): exact, and the reflectors and T do not change, so
+    // the products below can be float sums even for entries of 1e-30 or
+    // 1e30. r's part (rows up to the diagonal) is scaled back at the end.
+    float amax = 0.f;
+    for (int i = lo + tid; i < hi; i += nt)
+        for (int d = 0; d < jb; d++) amax = fmaxf(amax, fabsf(A[(mc_i64)(k0 + d) * m + i]));
+    amax = mc_warp_max(amax);
+    if (lane == 0) dred[warp] = amax;
+    MC_BARRIER();
+    if (tid == 0) {
+        float t = 0.f;
+        for (int u = 0; u < nw; u++) t = fmaxf(t, (float)dred[u]);
+        pb[(groups + g) * QR_SLOT] = t;  // slot 1: the loop's first use of it comes after every block read this
+    }
+    if (groups > 1) qr_group_sync(counters + b, base + (unsigned)groups);
+    else MC_BARRIER();
+    for (int h = 0; h < groups; h++) amax = fmaxf(amax, (float)qr_load_l2(pb + (groups + h) * QR_SLOT));
+    int e2 = 0;
+    if (amax > 0.f && amax <= 3.4e38f) frexpf(amax, &e2);
+    float up = ldexpf(1.f, -e2);
+    for (int i = lo + tid; i < hi; i += nt)
+        for (int d = 0; d < jb; d++) A[(mc_i64)(k0 + d) * m + i] *= up;
     // A thread keeps its rows (lo + tid, + nt, ...) for the whole panel, so
     // it reads only what it wrote itself; row c's values reach the group
     // through the exchange.
     for (int j = 0; j < jb; j++) {
         int c = k0 + j;
         float* x = A + (mc_i64)c * m;
-        double p[32], ss = 0;
+        float p[32];
+        double ss = 0;
 #pragma unroll
-        for (int d = 0; d < 32; d++) p[d] = 0;
+        for (int d = 0; d < 32; d++) p[d] = 0.f;
         for (int i = lo + tid; i < hi; i += nt) {
             if (i <= c) continue;
-            double xi = x[i];
-            ss += xi * xi;
+            float xi = x[i];
+            ss += (double)xi * xi;
 #pragma unroll
             for (int d = 0; d < 32; d++)
                 if (d < jb && d != j) p[d] += xi * A[(mc_i64)(k0 + d) * m + i];
@@ -311,7 +335,7 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
             }
             slot[v] = t;
         }
-        if (groups > 1) qr_group_sync(counters + b, base + (unsigned)((j + 1) * groups));
+        if (groups > 1) qr_group_sync(counters + b, base + (unsigned)((j + 2) * groups));
         else MC_BARRIER();
         // totals over the group, value v by thread v, read past L1 (other
         // blocks wrote them), all loads in flight together
@@ -347,6 +371,8 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
                 if (d > j && d < jb) A[(mc_i64)(k0 + d) * m + i] -= vi * coef[d];
         }
     }
+    for (int i = lo + tid; i < hi && i < k0 + jb; i += nt)  // r's rows, this thread's own
+        for (int d = i - k0; d < jb; d++) A[(mc_i64)(k0 + d) * m + i] /= up;
     MC_BARRIER();
     if (g != 0) return;
     // T (LAPACK's slarft, forward columnwise): T[j][j] = tau_j,
@@ -356,7 +382,7 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
         MC_BARRIER();
         if (tid < j) {
             float s = 0.f;
-            for (int q = tid; q < j; q++) s += gram[tid][q] * (float)red[0][q];
+            for (int q = tid; q < j; q++) s += gram[tid][q] * red[0][q];
             gram[tid][j] = (float)-tau[j] * s;
         }
         if (tid == j) gram[j][j] = (float)tau[j];
