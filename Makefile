@@ -1,5 +1,5 @@
 # metalcore: `make` builds build/libmetalcore.so, `make demo` runs the C demo
-# host on it, `make test` runs every test, `make bench` writes bench/cpu.md.
+# host on it, `make test` runs every test, `make bench` writes bench/cpu.md and bench/qr.md.
 
 GO      ?= go
 CC      ?= gcc
@@ -73,6 +73,7 @@ test-arm64:
 
 bench: $(LIB)
 	$(GO) run ./bench/cpu -out bench/cpu.md
+	$(PYTHON) bench/qr_bench.py bench/qr.md
 
 # What a GPU machine without Go needs to run tests/gpu/run.sh and
 # bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.

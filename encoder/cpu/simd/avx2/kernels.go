@@ -521,9 +521,65 @@ func adamW(h *simd.AdamW, p, g, m, v, vmax []float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// reflect is simd.Portable.Reflect with the row loops vectorized; v's
-// scalars are broadcast one row at a time (v is read as a vector of one).
+// reflect is simd.Portable.Reflect, vectorized two ways. Short blocks (up
+// to reflectBlockRows rows) go by column blocks: w for four vectors of
+// columns stays in registers while the rows stream past twice (w = v^T a,
+// then a -= tau v w), so w is never stored. Taller ones stream whole rows
+// with w in memory: a column block of a tall matrix is a strided walk
+// (measured: 128x128 matrices 1.5x faster by blocks, 1024x1024 1.4x slower).
 func reflect(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32) {
+	if rows > reflectBlockRows {
+		reflectRows(a, ld, rows, cols, v, tau, w)
+		return
+	}
+	nt := splat(-tau)
+	n := full(cols)
+	c := 0
+	for ; c+4*W <= n; c += 4 * W {
+		var w0, w1, w2, w3 vf
+		for i := range rows {
+			row, vi := a[i*ld+c:], broadcastAt(v, i)
+			w0 = load(row).MulAdd(vi, w0)
+			w1 = load(row[W:]).MulAdd(vi, w1)
+			w2 = load(row[2*W:]).MulAdd(vi, w2)
+			w3 = load(row[3*W:]).MulAdd(vi, w3)
+		}
+		for i := range rows {
+			row, s := a[i*ld+c:], broadcastAt(v, i).Mul(nt)
+			store(w0.MulAdd(s, load(row)), row)
+			store(w1.MulAdd(s, load(row[W:])), row[W:])
+			store(w2.MulAdd(s, load(row[2*W:])), row[2*W:])
+			store(w3.MulAdd(s, load(row[3*W:])), row[3*W:])
+		}
+	}
+	for ; c < n; c += W {
+		var w0 vf
+		for i := range rows {
+			w0 = load(a[i*ld+c:]).MulAdd(broadcastAt(v, i), w0)
+		}
+		for i := range rows {
+			row := a[i*ld+c:]
+			store(w0.MulAdd(broadcastAt(v, i).Mul(nt), load(row)), row)
+		}
+	}
+	if c < cols {
+		var w0 vf
+		for i := range rows {
+			w0 = loadPart(a[i*ld+c:i*ld+cols]).MulAdd(broadcastAt(v, i), w0)
+		}
+		for i := range rows {
+			row := a[i*ld+c : i*ld+cols]
+			storePart(w0.MulAdd(broadcastAt(v, i).Mul(nt), loadPart(row)), row)
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// reflectBlockRows is the most rows reflect walks by column blocks.
+const reflectBlockRows = 256
+
+// reflectRows is reflect streaming whole rows, w (cols floats) in memory.
+func reflectRows(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32) {
 	w = w[:cols]
 	n := full(cols)
 	for c := 0; c < cols; c += W {
