@@ -35,7 +35,7 @@ const Chunk = 1024
 // Scratch is one worker's float32 buffers, grown on demand and reused
 // through a pool: row kernels keep a whole row of a 16-bit tensor in
 // float32 so it is converted once.
-type Scratch struct{ b [6][]float32 }
+type Scratch struct{ b [9][]float32 }
 
 // Buf is buffer i with length n (its contents are garbage).
 func (s *Scratch) Buf(i, n int) []float32 {

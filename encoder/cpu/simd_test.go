@@ -167,6 +167,9 @@ func TestPrimitives(t *testing.T) {
 			acc := append([]float32(nil), d...)
 			k.FMAcc(acc, a, b, 3)
 			each("FMAcc", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*float64(b[i])*3 })
+			acc = append(acc[:0], d...)
+			k.Axpy(acc, a, -1.5)
+			each("Axpy", acc, func(i int) float64 { return float64(d[i]) - 1.5*float64(a[i]) })
 		}
 	}
 }

@@ -139,9 +139,15 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 		})
 		return nil
 	}
+	blocked := s.k > blockedMin
 	cpu.Parallel(s.batch, 1, func(lo, hi int, sc *cpu.Scratch) {
 		for b := lo; b < hi; b++ {
-			factor(s, b, av, qv, rv, sc)
+			if blocked {
+				// one matrix at a time splits its updates across the workers
+				factorBlocked(s, b, av, qv, rv, sc, s.batch < cpu.Threads())
+			} else {
+				factor(s, b, av, qv, rv, sc)
+			}
 		}
 	})
 	return nil

@@ -131,49 +131,60 @@ var factorShapes = [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {1, 33, 
 	{1, 129, 65}, {2, 128, 128}, {2, 150, 97}, {1, 70, 200}, {1, 257, 100}}
 
 func TestFactorizations(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
-		rng := tu.RNG(t)
-		for _, dt := range tu.DTypes {
-			for _, sh := range factorShapes {
-				batch, m, n := sh[0], sh[1], sh[2]
-				for _, k := range []kind{random, rankDeficient, zeros, identity, tiny, huge} {
-					if dt == core.F16 && (k == tiny || k == huge) {
-						continue // outside float16's range
+	tu.ForEachBackend(t, func(t *testing.T) { factorizations(t, tu.DTypes) })
+}
+
+// The blocked CPU path on the same matrices: panels of 8 columns from
+// min(m, n) = 5 up (several panels, partial last panels, wide and tall).
+func TestBlockedFactorizations(t *testing.T) {
+	defer func(m, w int) { blockedMin, blockWidth = m, w }(blockedMin, blockWidth)
+	blockedMin, blockWidth = 4, 8
+	tu.ForEachISA(t, func(t *testing.T) { factorizations(t, []core.DType{core.F32, core.BF16}) })
+}
+
+// factorizations checks every mode on every kind of matrix of factorShapes.
+func factorizations(t *testing.T, dtypes []core.DType) {
+	rng := tu.RNG(t)
+	for _, dt := range dtypes {
+		for _, sh := range factorShapes {
+			batch, m, n := sh[0], sh[1], sh[2]
+			for _, k := range []kind{random, rankDeficient, zeros, identity, tiny, huge} {
+				if dt == core.F16 && (k == tiny || k == huge) {
+					continue // outside float16's range
+				}
+				for _, mode := range []int32{Reduced, Complete, ROnly} {
+					what := fmt.Sprintf("%s batch %d %dx%d kind %d mode %d", dt, batch, m, n, k, mode)
+					kk := min(m, n)
+					qc, rr := kk, kk
+					if mode == Complete {
+						qc, rr = m, m
 					}
-					for _, mode := range []int32{Reduced, Complete, ROnly} {
-						what := fmt.Sprintf("%s batch %d %dx%d kind %d mode %d", dt, batch, m, n, k, mode)
-						kk := min(m, n)
-						qc, rr := kk, kk
-						if mode == Complete {
-							qc, rr = m, m
-						}
-						a := tu.New(dt, []int64{int64(batch), int64(m), int64(n)})
-						av := a.Set(values(rng, k, batch, m, n)).Values()
-						r := tu.New(dt, []int64{int64(batch), int64(rr), int64(n)})
-						var q *tu.Tensor
-						var qp *core.Tensor
-						if mode != ROnly {
-							q = tu.New(dt, []int64{int64(batch), int64(m), int64(qc)})
-							qp = q.Ptr()
-						}
-						before := a.Bytes()
-						require.NoError(t, QR(a.Ptr(), mode, qp, r.Ptr(), workspace(t, a, mode), nil), what)
-						require.Equal(t, before, a.Bytes(), "%s: a was modified", what)
-						var qs []float64
-						if q != nil {
-							qs = q.Values()
-						}
-						check(t, what, av, qs, r.Values(), batch, m, n, qc, rr, eps(dt))
-						if mode == ROnly { // r-only equals the reduced factorization's r
-							r2, q2 := tu.New(dt, []int64{int64(batch), int64(kk), int64(n)}), tu.New(dt, []int64{int64(batch), int64(m), int64(kk)})
-							require.NoError(t, QR(a.Ptr(), Reduced, q2.Ptr(), r2.Ptr(), workspace(t, a, Reduced), nil))
-							require.Equal(t, r2.Values(), r.Values(), what)
-						}
+					a := tu.New(dt, []int64{int64(batch), int64(m), int64(n)})
+					av := a.Set(values(rng, k, batch, m, n)).Values()
+					r := tu.New(dt, []int64{int64(batch), int64(rr), int64(n)})
+					var q *tu.Tensor
+					var qp *core.Tensor
+					if mode != ROnly {
+						q = tu.New(dt, []int64{int64(batch), int64(m), int64(qc)})
+						qp = q.Ptr()
+					}
+					before := a.Bytes()
+					require.NoError(t, QR(a.Ptr(), mode, qp, r.Ptr(), workspace(t, a, mode), nil), what)
+					require.Equal(t, before, a.Bytes(), "%s: a was modified", what)
+					var qs []float64
+					if q != nil {
+						qs = q.Values()
+					}
+					check(t, what, av, qs, r.Values(), batch, m, n, qc, rr, eps(dt))
+					if mode == ROnly { // r-only equals the reduced factorization's r
+						r2, q2 := tu.New(dt, []int64{int64(batch), int64(kk), int64(n)}), tu.New(dt, []int64{int64(batch), int64(m), int64(kk)})
+						require.NoError(t, QR(a.Ptr(), Reduced, q2.Ptr(), r2.Ptr(), workspace(t, a, Reduced), nil))
+						require.Equal(t, r2.Values(), r.Values(), what)
 					}
 				}
 			}
 		}
-	})
+	}
 }
 
 // LAPACK's sign convention: the diagonal of r is -sign(a11) * norm for the

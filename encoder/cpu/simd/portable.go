@@ -50,6 +50,11 @@ var Portable = Table{
 			acc[i] += a[i] * b[i] * s
 		}
 	},
+	Axpy: func(dst, x []float32, s float32) {
+		for i, v := range x[:len(dst)] {
+			dst[i] += s * v
+		}
+	},
 	AdamW:        adamW,
 	Reflect:      reflect,
 	GeluErf:      unary(GeluErf32),

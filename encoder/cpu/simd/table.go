@@ -28,6 +28,8 @@ type Table struct {
 	SoftmaxGrad func(dst, y, dy []float32, d float32)
 	// FMAcc is acc += a * b * s.
 	FMAcc func(acc, a, b []float32, s float32)
+	// Axpy is dst += s * x.
+	Axpy func(dst, x []float32, s float32)
 	// Reflect applies the Householder reflector I - tau*v*v^T from the left
 	// to the rows x cols block at a (row stride ld): w = v^T a (w: cols
 	// floats of scratch), then a -= tau * v * w. v must have 3 elements of

@@ -28,6 +28,7 @@ var Table = simd.Table{
 	NormGrad:     normGrad,
 	SoftmaxGrad:  softmaxGrad,
 	FMAcc:        fmAcc,
+	Axpy:         axpy,
 	AdamW:        adamW,
 	Reflect:      reflect,
 	Lanes:        W,
@@ -393,6 +394,19 @@ func fmAcc(acc, a, b []float32, s float32) {
 	}
 	if n < len(acc) {
 		storePart(loadPart(a[n:]).Mul(loadPart(b[n:])).MulAdd(sv, loadPart(acc[n:])), acc[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+func axpy(dst, x []float32, s float32) {
+	sv := splat(s)
+	x = x[:len(dst)]
+	n := full(len(dst))
+	for i := 0; i < n; i += W {
+		store(load(x[i:]).MulAdd(sv, load(dst[i:])), dst[i:])
+	}
+	if n < len(dst) {
+		storePart(loadPart(x[n:]).MulAdd(sv, loadPart(dst[n:])), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
