@@ -226,10 +226,10 @@ func interleave(a []float32, mats [][]float32, elems int) {
 	lanes := len(mats)
 	for e0 := 0; e0 < elems; e0 += laneBlock {
 		e1 := min(e0+laneBlock, elems)
+		block := a[e0*lanes : e1*lanes]
 		for l, mat := range mats {
-			dst := a[e0*lanes+l:]
 			for k, x := range mat[e0:e1] {
-				dst[k*lanes] = x
+				block[k*lanes+l] = x
 			}
 		}
 	}
@@ -240,11 +240,11 @@ func interleave(a []float32, mats [][]float32, elems int) {
 func deinterleave(mats [][]float32, a []float32, elems, lanes int) {
 	for e0 := 0; e0 < elems; e0 += laneBlock {
 		e1 := min(e0+laneBlock, elems)
+		block := a[e0*lanes : e1*lanes]
 		for l, mat := range mats {
-			src := a[e0*lanes+l:]
 			out := mat[e0:e1]
 			for k := range out {
-				out[k] = src[k*lanes]
+				out[k] = block[k*lanes+l]
 			}
 		}
 	}
