@@ -662,17 +662,7 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 			store(load(a[i*rs+j*W:]).Mul(scale), a[i*rs+j*W:])
 		}
 		store(tau, scratch[j*W:])
-		for c := j + 1; c < n; c++ {
-			w := load(a[j*rs+c*W:])
-			for i := j + 1; i < m; i++ {
-				w = load(a[i*rs+j*W:]).MulAdd(load(a[i*rs+c*W:]), w)
-			}
-			tw := tau.Mul(w)
-			store(load(a[j*rs+c*W:]).Sub(tw), a[j*rs+c*W:])
-			for i := j + 1; i < m; i++ {
-				store(load(a[i*rs+c*W:]).Sub(load(a[i*rs+j*W:]).Mul(tw)), a[i*rs+c*W:])
-			}
-		}
+		reflectLanes(a, rs, j+1, n, a, rs, j, m, tau)
 	}
 	if q == nil {
 		archsimd.ClearAVXUpperBits()
@@ -689,18 +679,42 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 		}
 	}
 	for j := k - 1; j >= 0; j-- {
-		tau := load(scratch[j*W:])
-		for c := j; c < qCols; c++ {
-			w := load(q[j*qs+c*W:])
-			for i := j + 1; i < m; i++ {
-				w = load(a[i*rs+j*W:]).MulAdd(load(q[i*qs+c*W:]), w)
-			}
-			tw := tau.Mul(w)
-			store(load(q[j*qs+c*W:]).Sub(tw), q[j*qs+c*W:])
-			for i := j + 1; i < m; i++ {
-				store(load(q[i*qs+c*W:]).Sub(load(a[i*rs+j*W:]).Mul(tw)), q[i*qs+c*W:])
-			}
-		}
+		reflectLanes(q, qs, j, qCols, a, rs, j, m, load(scratch[j*W:]))
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+// reflectLanes applies reflector j of qrLanes (1 at row j, a's column j
+// below it; rows of rs floats) to columns [from, to) of dst (rows of ds
+// floats), rows j..m-1: x -= tau (v . x) v. Two columns a pass, so each
+// reflector load serves both.
+func reflectLanes(dst []float32, ds, from, to int, a []float32, rs, j, m int, tau vf) {
+	c := from
+	for ; c+1 < to; c += 2 {
+		w0, w1 := load(dst[j*ds+c*W:]), load(dst[j*ds+(c+1)*W:])
+		for i := j + 1; i < m; i++ {
+			v := load(a[i*rs+j*W:])
+			w0 = v.MulAdd(load(dst[i*ds+c*W:]), w0)
+			w1 = v.MulAdd(load(dst[i*ds+(c+1)*W:]), w1)
+		}
+		t0, t1 := tau.Mul(w0), tau.Mul(w1)
+		store(load(dst[j*ds+c*W:]).Sub(t0), dst[j*ds+c*W:])
+		store(load(dst[j*ds+(c+1)*W:]).Sub(t1), dst[j*ds+(c+1)*W:])
+		for i := j + 1; i < m; i++ {
+			v := load(a[i*rs+j*W:])
+			store(load(dst[i*ds+c*W:]).Sub(v.Mul(t0)), dst[i*ds+c*W:])
+			store(load(dst[i*ds+(c+1)*W:]).Sub(v.Mul(t1)), dst[i*ds+(c+1)*W:])
+		}
+	}
+	if c < to {
+		w := load(dst[j*ds+c*W:])
+		for i := j + 1; i < m; i++ {
+			w = load(a[i*rs+j*W:]).MulAdd(load(dst[i*ds+c*W:]), w)
+		}
+		tw := tau.Mul(w)
+		store(load(dst[j*ds+c*W:]).Sub(tw), dst[j*ds+c*W:])
+		for i := j + 1; i < m; i++ {
+			store(load(dst[i*ds+c*W:]).Sub(load(a[i*rs+j*W:]).Mul(tw)), dst[i*ds+c*W:])
+		}
+	}
 }
