@@ -57,21 +57,12 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 		buildT(t, vr, m-k0, jb, tau[k0:k0+jb])
 		applyBlock(a[k0*n:], n, m-k0, k0+jb, n, vr, t, jb, true, inner, sc)
 	}
-	rr := sc.Buf(bufR, s.rRows*n)
-	clear(rr)
-	for i := range min(s.rRows, s.k) {
-		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
-	}
-	cpu.Span{P: rv.Base, DT: rv.DType}.At(b*s.rRows*n).Store(0, rr)
+	storeR(s, b, a, rv, sc)
 	if qv == nil {
 		return
 	}
 	qc := s.qCols
-	qm := sc.Buf(bufQ, m*qc)
-	clear(qm)
-	for i := range min(m, qc) {
-		qm[i*qc+i] = 1
-	}
+	qm := eye(sc.Buf(bufQ, m*qc), m, qc)
 	for k0 := (panels - 1) * nb; k0 >= 0; k0 -= nb {
 		jb := min(nb, s.k-k0)
 		vr := reflectors(a, m, n, k0, jb, pv)

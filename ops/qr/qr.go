@@ -278,21 +278,12 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 			k.Reflect(a[j*n+j+1:], n, m-j, n-j-1, v, tau[j], w)
 		}
 	}
-	rr := sc.Buf(bufR, s.rRows*n)
-	clear(rr)
-	for i := range min(s.rRows, s.k) {
-		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
-	}
-	cpu.Span{P: rv.Base, DT: rv.DType}.At(b*s.rRows*n).Store(0, rr)
+	storeR(s, b, a, rv, sc)
 	if qv == nil {
 		return
 	}
 	qc := s.qCols
-	qm := sc.Buf(bufQ, m*qc)
-	clear(qm)
-	for i := range min(m, qc) {
-		qm[i*qc+i] = 1
-	}
+	qm := eye(sc.Buf(bufQ, m*qc), m, qc)
 	for j := s.k - 1; j >= 0; j-- {
 		if tau[j] != 0 {
 			column(a, m, n, j, v)
@@ -300,6 +291,28 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 		}
 	}
 	cpu.Span{P: qv.Base, DT: qv.DType}.At(b*m*qc).Store(0, qm)
+}
+
+// storeR writes matrix b's r from the factored a (its upper triangle, zeros
+// below) in r's dtype.
+func storeR(s shapes, b int, a []float32, rv *core.View, sc *cpu.Scratch) {
+	n := s.n
+	rr := sc.Buf(bufR, s.rRows*n)
+	clear(rr)
+	for i := range min(s.rRows, s.k) {
+		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
+	}
+	cpu.Span{P: rv.Base, DT: rv.DType}.At(b*s.rRows*n).Store(0, rr)
+}
+
+// eye sets buf to the first cols columns of the m x m identity,
+// row-major, and returns it.
+func eye(buf []float32, m, cols int) []float32 {
+	clear(buf)
+	for i := range min(m, cols) {
+		buf[i*cols+i] = 1
+	}
+	return buf
 }
 
 // householder makes the reflector that zeroes column j below the diagonal
