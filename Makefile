@@ -7,11 +7,11 @@ CC      ?= gcc
 export GOEXPERIMENT := simd
 
 LIB     := build/libmetalcore.so
-SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum
+SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 ARM64_PKGS  := encoder/cpu ops/norm ops/softmax ops/activation ops
 
-.PHONY: test-python all demo test test-go test-race test-portable test-c test-header test-arm64 bench fuzz gpu-binaries clean
+.PHONY: test-python all demo test test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -72,7 +72,7 @@ test-arm64:
 	done
 
 bench: $(LIB)
-	$(GO) run ./bench/cpu -out bench/cpu.md
+	$(GO) run -pgo=capi/default.pgo ./bench/cpu -out bench/cpu.md
 	$(PYTHON) bench/qr_bench.py bench/qr.md
 
 # What a GPU machine without Go needs to run tests/gpu/run.sh and
@@ -81,6 +81,13 @@ GPU_PKGS := ops/norm ops/softmax ops/activation ops/adamw ops/qr
 gpu-binaries: $(LIB) build/abi_test
 	@mkdir -p build/gpu
 	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done
+
+# capi/default.pgo: a CPU profile of the benchmark, which go build uses for
+# profile-guided optimization (it inlines the vector math helpers, e.g. exp,
+# into their hot loops: Go's inliner alone leaves them calls). Regenerate it
+# after changing the kernels.
+pgo:
+	$(GO) run ./bench/cpu -reps 3 -cpuprofile capi/default.pgo
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzValidation -fuzztime 60s ./ops/

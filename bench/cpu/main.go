@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ import (
 var (
 	out  = flag.String("out", "", "write the markdown table here too")
 	reps = flag.Int("reps", 15, "timed repetitions per measurement (the median is reported)")
+	prof = flag.String("cpuprofile", "", "write a CPU profile here (capi/default.pgo is one: see the Makefile's pgo target)")
 )
 
 var shapes = [][2]int64{{4096, 4096}, {16384, 1024}, {256, 65536}}
@@ -39,6 +41,16 @@ type op struct {
 
 func main() {
 	flag.Parse()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			panic(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			panic(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var lines []string
 	emit := func(s string) {
 		fmt.Println(s)
