@@ -35,12 +35,12 @@ var Table = simd.Table{
 	Reflect:      reflect,
 	Lanes:        W,
 	QRLanes:      qrLanes,
-	GeluErf:      unary(geluErfV),
-	GeluTanh:     unary(geluTanhV),
-	Silu:         unary(siluV),
-	GeluErfGrad:  binary(geluErfGradV),
-	GeluTanhGrad: binary(geluTanhGradV),
-	SiluGrad:     binary(siluGradV),
+	GeluErf:      geluErf,
+	GeluTanh:     geluTanh,
+	Silu:         silu,
+	GeluErfGrad:  geluErfGrad,
+	GeluTanhGrad: geluTanhGrad,
+	SiluGrad:     siluGrad,
 	BF16ToF32:    bf16ToF32,
 	F16ToF32:     f16ToF32,
 	F32ToBF16:    f32ToBF16,
@@ -248,32 +248,39 @@ func siluGradV(dy, x vf) vf {
 	return dy.Mul(s).Mul(x.MulAdd(c, splat(1)))
 }
 
-func unary(f func(vf) vf) func(dst, x []float32) {
-	return func(dst, x []float32) {
-		dst = dst[:len(x)]
-		n := full(len(x))
-		for i := 0; i < n; i += W {
-			store(f(load(x[i:])), dst[i:])
-		}
-		if n < len(x) {
-			storePart(f(loadPart(x[n:])), dst[n:])
-		}
-		archsimd.ClearAVXUpperBits()
+// The activations are named functions handing their vector function to
+// unary or binary, so that each loop is compiled with its function inlined.
+// (As closures built in the Table's initializer they were compiled without
+// inlining: every vector cost three calls.)
+func geluErf(dst, x []float32)          { unary(dst, x, geluErfV) }
+func geluTanh(dst, x []float32)         { unary(dst, x, geluTanhV) }
+func silu(dst, x []float32)             { unary(dst, x, siluV) }
+func geluErfGrad(dst, dy, x []float32)  { binary(dst, dy, x, geluErfGradV) }
+func geluTanhGrad(dst, dy, x []float32) { binary(dst, dy, x, geluTanhGradV) }
+func siluGrad(dst, dy, x []float32)     { binary(dst, dy, x, siluGradV) }
+
+func unary(dst, x []float32, f func(vf) vf) {
+	dst = dst[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		store(f(load(x[i:])), dst[i:])
 	}
+	if n < len(x) {
+		storePart(f(loadPart(x[n:])), dst[n:])
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
-func binary(f func(dy, x vf) vf) func(dst, dy, x []float32) {
-	return func(dst, dy, x []float32) {
-		dst, dy = dst[:len(x)], dy[:len(x)]
-		n := full(len(x))
-		for i := 0; i < n; i += W {
-			store(f(load(dy[i:]), load(x[i:])), dst[i:])
-		}
-		if n < len(x) {
-			storePart(f(loadPart(dy[n:]), loadPart(x[n:])), dst[n:])
-		}
-		archsimd.ClearAVXUpperBits()
+func binary(dst, dy, x []float32, f func(dy, x vf) vf) {
+	dst, dy = dst[:len(x)], dy[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		store(f(load(dy[i:]), load(x[i:])), dst[i:])
 	}
+	if n < len(x) {
+		storePart(f(loadPart(dy[n:]), loadPart(x[n:])), dst[n:])
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func expSum(dst, x []float32, m float32) float32 {
