@@ -85,9 +85,9 @@ gpu-binaries: $(LIB) build/abi_test
 # capi/default.pgo: a CPU profile of the benchmark, which go build uses for
 # profile-guided optimization (it inlines the vector math helpers, e.g. exp,
 # into their hot loops: Go's inliner alone leaves them calls). Regenerate it
-# after changing the kernels.
+# after changing the kernels (-trimpath: the profile holds no machine paths).
 pgo:
-	$(GO) run ./bench/cpu -reps 3 -cpuprofile capi/default.pgo
+	$(GO) run -trimpath ./bench/cpu -reps 3 -cpuprofile capi/default.pgo
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzValidation -fuzztime 60s ./ops/
