@@ -33,7 +33,6 @@ const (
 // factorBlocked is factor for large matrices; inner says whether to split
 // the trailing updates across the workers (the batch is not already).
 func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inner bool) {
-	k := cpu.K()
 	m, n, nb := s.m, s.n, blockWidth
 	a := sc.Buf(bufA, m*n)
 	copy(a, cpu.Span{P: av.Base, DT: av.DType}.At(b*m*n).Load(0, a))
@@ -45,13 +44,7 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	ts := sc.Buf(bufT, panels*nb*nb)
 	for k0 := 0; k0 < s.k; k0 += nb {
 		jb := min(nb, s.k-k0)
-		for j := k0; j < k0+jb; j++ {
-			tau[j] = householder(a, m, n, j)
-			if tau[j] != 0 && j+1 < k0+jb {
-				column(a, m, n, j, v)
-				k.Reflect(a[j*n+j+1:], n, m-j, k0+jb-j-1, v, tau[j], w)
-			}
-		}
+		geqr2(a, m, n, k0, k0+jb, k0+jb, tau, v, w) // the panel only
 		vr := reflectors(a, m, n, k0, jb, pv)
 		t := ts[k0/nb*nb*nb : (k0/nb+1)*nb*nb]
 		buildT(t, vr, m-k0, jb, tau[k0:k0+jb])

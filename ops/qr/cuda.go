@@ -39,12 +39,8 @@ const qrSlot = 2*panelWidth + 2
 
 func layoutFor(s shapes, withQ bool, sms int) gpuLayout {
 	l := gpuLayout{panels: (s.k + panelWidth - 1) / panelWidth, ldw: s.n}
-	b, m, n := int64(s.batch), int64(s.m), int64(s.n)
-	qc := int64(0)
-	if withQ {
-		qc = int64(s.qCols)
-		l.ldw = max(s.n, s.qCols)
-	}
+	b, m, n, qc := int64(s.batch), int64(s.m), int64(s.n), int64(s.qOut(withQ))
+	l.ldw = max(s.n, s.qOut(withQ))
 	// Panels: one block per matrix when the batch alone fills half the
 	// GPU, else blocks of about panelRows rows, up to two per
 	// multiprocessor over the batch (all of a group must be resident at
@@ -66,14 +62,16 @@ func layoutFor(s shapes, withQ bool, sms int) gpuLayout {
 	return l
 }
 
-// small reports whether qr_small takes these matrices.
-func (s shapes) small(withQ bool) bool {
-	qc := 0
+// qOut is the columns of the q the call writes (0 without q).
+func (s shapes) qOut(withQ bool) int {
 	if withQ {
-		qc = s.qCols
+		return s.qCols
 	}
-	return max(s.m, s.n, qc) <= smallMax
+	return 0
 }
+
+// small reports whether qr_small takes these matrices.
+func (s shapes) small(withQ bool) bool { return max(s.m, s.n, s.qOut(withQ)) <= smallMax }
 
 // cudaWorkspaceBytes is what a CUDA call on dev needs: nothing for small
 // matrices, the blocked path's work otherwise.
@@ -89,10 +87,7 @@ func cudaWorkspaceBytes(s shapes, mode int32, dev int) (int64, error) {
 func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 	dev, dt := int(av.DeviceID), av.DType
 	withQ := qv != nil
-	qc := 0
-	if withQ {
-		qc = s.qCols
-	}
+	qc := s.qOut(withQ)
 	launch := func(name string, grid, block int, args ...uint64) error {
 		return cuda.Launch(dev, enc, name, grid, block, args...)
 	}

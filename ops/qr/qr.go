@@ -271,13 +271,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
 	w := sc.Buf(bufW, max(m, n))
 	tau := sc.Buf(bufTau, s.k)
-	for j := range s.k {
-		tau[j] = householder(a, m, n, j)
-		if tau[j] != 0 && j+1 < n {
-			column(a, m, n, j, v)
-			k.Reflect(a[j*n+j+1:], n, m-j, n-j-1, v, tau[j], w)
-		}
-	}
+	geqr2(a, m, n, 0, s.k, n, tau, v, w)
 	storeR(s, b, a, rv, sc)
 	if qv == nil {
 		return
@@ -291,6 +285,21 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 		}
 	}
 	cpu.Span{P: qv.Base, DT: qv.DType}.At(b*m*qc).Store(0, qm)
+}
+
+// geqr2 factors columns [j0, j1) of the row-major m x n matrix a one
+// reflector at a time (LAPACK's geqr2), applying each to the columns after
+// it up to end; tau[j] receives reflector j's tau. v and w are Reflect's
+// scratch.
+func geqr2(a []float32, m, n, j0, j1, end int, tau, v, w []float32) {
+	k := cpu.K()
+	for j := j0; j < j1; j++ {
+		tau[j] = householder(a, m, n, j)
+		if tau[j] != 0 && j+1 < end {
+			column(a, m, n, j, v)
+			k.Reflect(a[j*n+j+1:], n, m-j, end-j-1, v, tau[j], w)
+		}
+	}
 }
 
 // storeR writes matrix b's r from the factored a (its upper triangle, zeros
