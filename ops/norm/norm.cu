@@ -116,12 +116,12 @@ MC_INSTANTIATE(layernorm_fwd,
                (x, xs, w, b, y, ys, mean, rstd, cols, eps))
 
 // Backward (layer: LayerNorm, else RMSNorm, fixed at compile time so
-// RMSNorm keeps no bias sums): block b takes rows [b*rows/P, (b+1)*rows/P) and, when partial is
-// given, leaves its column sums of the weight (and bias) gradient terms in
-// partial[b*ncol*cols ...] (ncol = 1 for RMSNorm, 2 for LayerNorm). The
-// first C pieces of dy and x (16 elements: 4 float32 pieces, 2 of 16-bit)
-// stay in registers and accumulate there;
-// wider rows re-read and add in memory (each thread owns its columns).
+// RMSNorm keeps no bias sums): block b takes rows [b*rows/P, (b+1)*rows/P)
+// and, when partial is given, leaves its column sums of the weight (and
+// bias) gradient terms in partial[b*ncol*cols ...] (ncol = 1 for RMSNorm, 2
+// for LayerNorm). The first C pieces of dy and x (16 elements: 4 float32
+// pieces, 2 of 16-bit) stay in registers and accumulate there; wider rows
+// re-read and add in memory (each thread owns its columns).
 template <class D, bool layer>
 __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs, const void* w_,
                          const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial, int rows,
