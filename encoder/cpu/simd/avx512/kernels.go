@@ -207,15 +207,19 @@ func erfV(x vf) vf {
 	return c.Mul(p).Mul(recip(q))
 }
 
-func geluErfV(x vf) vf {
+// cdfV is 0.5(1 + erf(x/sqrt2)), exactly 0 below the erf's clamp: there
+// the approximation's last bit (which the reciprocal estimate of each CPU
+// model decides) would leave x*cdf far from 0 for large negative x.
+func cdfV(x vf) vf {
 	half := splat(0.5)
 	cdf := half.Add(half.Mul(erfV(x.Mul(splat(simd.Sqrt1_2)))))
-	return x.Mul(cdf)
+	return zero().Merge(cdf, x.Less(splat(-simd.ErfClamp/simd.Sqrt1_2)))
 }
 
+func geluErfV(x vf) vf { return x.Mul(cdfV(x)) }
+
 func geluErfGradV(dy, x vf) vf {
-	half := splat(0.5)
-	cdf := half.Add(half.Mul(erfV(x.Mul(splat(simd.Sqrt1_2)))))
+	cdf := cdfV(x)
 	pdf := expV(splat(-0.5).Mul(x).Mul(x)).Mul(splat(simd.InvSqrt2Pi))
 	return dy.Mul(x.MulAdd(pdf, cdf))
 }
