@@ -4,14 +4,15 @@ import "unsafe"
 
 // Call validates one op call. Arguments are registered in order; the first
 // failure is kept and later checks are skipped, so an op reads as a flat
-// list of requirements ending in Done.
+// list of requirements ending in Done. It holds no pointer into itself, so
+// an op's Call stays on its stack (a call allocates nothing on the heap).
 type Call struct {
-	err     error
-	views   [maxArgs]View
-	n       int
-	inputs  []*View
-	outputs []*View
-	aliases []Alias
+	err      error
+	views    [maxArgs]View
+	n        int
+	isOut    [maxArgs]bool
+	inPlace  [maxArgs][2]int8 // (output, input) index pairs allowed to alias
+	nInPlace int
 }
 
 const maxArgs = 10
@@ -26,14 +27,19 @@ func (c *Call) add(name string, t *Tensor, optional, output bool) *View {
 		return nil
 	}
 	c.views[c.n] = v
-	p := &c.views[c.n]
+	c.isOut[c.n] = output
 	c.n++
-	if output {
-		c.outputs = append(c.outputs, p)
-	} else {
-		c.inputs = append(c.inputs, p)
+	return &c.views[c.n-1]
+}
+
+// index is the position of registered view v.
+func (c *Call) index(v *View) int8 {
+	for i := range c.n {
+		if &c.views[i] == v {
+			return int8(i)
+		}
 	}
-	return p
+	panic("core: view not registered with this call")
 }
 
 // In registers a required input tensor.
@@ -66,7 +72,8 @@ func (c *Call) Fail(err error) {
 // AllowInPlace lets out alias in exactly.
 func (c *Call) AllowInPlace(out, in *View) {
 	if out != nil && in != nil {
-		c.aliases = append(c.aliases, Alias{out, in})
+		c.inPlace[c.nInPlace] = [2]int8{c.index(out), c.index(in)}
+		c.nInPlace++
 	}
 }
 
@@ -76,8 +83,25 @@ func (c *Call) Done(encoder unsafe.Pointer) error {
 	if c.err != nil {
 		return c.err
 	}
-	all := make([]*View, 0, maxArgs)
-	all = append(append(all, c.inputs...), c.outputs...)
+	// inputs then outputs, each in registration order
+	var buf [maxArgs]*View
+	k, nIn := 0, 0
+	for _, out := range []bool{false, true} {
+		for i := range c.n {
+			if c.isOut[i] == out {
+				buf[k] = &c.views[i] // assigned, not appended: c stays on the stack
+				k++
+			}
+		}
+		if !out {
+			nIn = k
+		}
+	}
+	all := buf[:k]
+	var allowed [maxArgs]Alias
+	for i, p := range c.inPlace[:c.nInPlace] {
+		allowed[i] = Alias{&c.views[p[0]], &c.views[p[1]]}
+	}
 	if len(all) > 0 {
 		if err := SameDevice(all...); err != nil {
 			return err
@@ -96,7 +120,7 @@ func (c *Call) Done(encoder unsafe.Pointer) error {
 			}
 		}
 	}
-	return CheckOverlap(c.inputs, c.outputs, c.aliases...)
+	return CheckOverlap(all[:nIn], all[nIn:], allowed[:c.nInPlace]...)
 }
 
 // RowStats checks a per-row float32 output or input (rstd, mean): one
