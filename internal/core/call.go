@@ -21,12 +21,10 @@ func (c *Call) add(name string, t *Tensor, optional, output bool) *View {
 	if c.err != nil || (optional && t == nil) {
 		return nil
 	}
-	v, err := Check(name, t)
-	if err != nil {
+	if err := Check(&c.views[c.n], name, t); err != nil {
 		c.err = err
 		return nil
 	}
-	c.views[c.n] = v
 	c.isOut[c.n] = output
 	c.n++
 	return &c.views[c.n-1]

@@ -86,24 +86,25 @@ type View struct {
 }
 
 // Check validates a tensor argument: not NULL, a sane descriptor, a supported
-// device and dtype, sizes without overflow, and a contiguous last dimension.
-func Check(name string, t *Tensor) (View, error) {
-	v := View{Name: name}
+// device and dtype, sizes without overflow, and a contiguous last dimension,
+// into v (filled in place: list ops check thousands of tensors a call).
+func Check(v *View, name string, t *Tensor) error {
+	*v = View{Name: name}
 	if t == nil {
-		return v, Errorf(ErrInvalidArgument, "%s is NULL", name)
+		return Errorf(ErrInvalidArgument, "%s is NULL", name)
 	}
 	if err := checkDevice(name, t.DeviceType); err != nil {
-		return v, err
+		return err
 	}
 	dt, err := dtypeOf(name, t)
 	if err != nil {
-		return v, err
+		return err
 	}
 	if t.NDim < 0 || t.NDim > MaxDims {
-		return v, Errorf(ErrInvalidArgument, "%s has ndim %d (must be 0..%d)", name, t.NDim, MaxDims)
+		return Errorf(ErrInvalidArgument, "%s has ndim %d (must be 0..%d)", name, t.NDim, MaxDims)
 	}
 	if t.NDim > 0 && t.Shape == nil {
-		return v, Errorf(ErrInvalidArgument, "%s has a NULL shape with ndim %d", name, t.NDim)
+		return Errorf(ErrInvalidArgument, "%s has a NULL shape with ndim %d", name, t.NDim)
 	}
 	v.DType, v.DeviceType, v.DeviceID = dt, t.DeviceType, t.DeviceID
 	if t.NDim > 0 {
@@ -115,11 +116,11 @@ func Check(name string, t *Tensor) (View, error) {
 	n := uint64(1)
 	for i, s := range v.Shape {
 		if s < 0 {
-			return v, Errorf(ErrInvalidArgument, "%s has negative size %d in dimension %d", name, s, i)
+			return Errorf(ErrInvalidArgument, "%s has negative size %d in dimension %d", name, s, i)
 		}
 		hi, lo := bits.Mul64(n, uint64(s))
 		if hi != 0 || lo > math.MaxInt64/8 {
-			return v, Errorf(ErrInvalidArgument, "%s has too many elements (size overflow)", name)
+			return Errorf(ErrInvalidArgument, "%s has too many elements (size overflow)", name)
 		}
 		n = lo
 	}
@@ -131,17 +132,17 @@ func Check(name string, t *Tensor) (View, error) {
 	if v.N > 0 {
 		v.Rows = v.N / v.Cols
 		if t.Data == nil {
-			return v, Errorf(ErrInvalidArgument, "%s has NULL data", name)
+			return Errorf(ErrInvalidArgument, "%s has NULL data", name)
 		}
 	}
 	v.Base = unsafe.Add(t.Data, t.ByteOffset)
 	if uintptr(v.Base)%uintptr(dt.Size()) != 0 {
-		return v, Errorf(ErrInvalidArgument, "%s data (data + byte_offset) is not aligned to its %d-byte elements", name, dt.Size())
+		return Errorf(ErrInvalidArgument, "%s data (data + byte_offset) is not aligned to its %d-byte elements", name, dt.Size())
 	}
 	if err := v.layout(); err != nil {
-		return v, err
+		return err
 	}
-	return v, nil
+	return nil
 }
 
 // backend is a device backend other than the CPU, registered by its encoder.

@@ -66,8 +66,13 @@ func scalars(c *Config) simd.AdamW {
 	}
 }
 
-// group is one parameter's tensors, validated.
-type group struct{ p, g, m, v, vmax *core.View }
+// group is one parameter's tensors, validated: n elements each, params and
+// grads of dtype dt, the state float32 (vmax nil unless amsgrad).
+type group struct {
+	p, g, m, v, vmax unsafe.Pointer
+	n                int
+	dt               core.DType
+}
 
 // Lists are the tensor lists of one call (max nil unless amsgrad).
 type Lists struct {
@@ -81,18 +86,19 @@ func at(list unsafe.Pointer, i int) *core.Tensor {
 	return *(**core.Tensor)(unsafe.Add(list, i*int(unsafe.Sizeof(uintptr(0)))))
 }
 
-// scratch holds one call's validated views; calls reuse it through
-// scratchPool (a 5,000-tensor list is 20,000 views: allocating and
-// collecting them each step cost as much as checking them).
+// scratch is one call's validated lists, reused through scratchPool (a
+// 5,000-tensor list is 20,000 tensors: allocating and collecting per-call
+// buffers cost as much as checking them). Each tensor is checked into a view
+// on the checking goroutine's stack; only what the step needs is kept.
 type scratch struct {
-	views   []core.View
-	all     []*core.View
 	groups  []group
-	extents []extent
+	extents []extent // one per tensor, list-major within a parameter
 	spare   []extent // sortByStart's second buffer
+	device  struct{ typ, id int32 }
 }
 
-// extent is a tensor's bytes [lo, hi), at is its index in the call's views.
+// extent is a tensor's bytes [lo, hi) ([0, 0) when it is empty), at its
+// index: parameter at/nl of list at%nl.
 type extent struct {
 	lo, hi uintptr
 	at     int
@@ -138,10 +144,9 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 		}
 	}
 	nl := len(lists)
-	sc.views = grow(sc.views, int(l.N)*nl)
-	sc.all = grow(sc.all, len(sc.views))
 	sc.groups = grow(sc.groups, int(l.N))
-	views, all, groups := sc.views, sc.all, sc.groups
+	sc.extents = grow(sc.extents, int(l.N)*nl)
+	groups, extents := sc.groups, sc.extents
 	// every tensor must be on the first one's device
 	first := core.View{Name: "params[0]"}
 	if t := at(l.Params, 0); t != nil {
@@ -149,30 +154,33 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	}
 	// one parameter's tensors: checked, and a failure named by list and index
 	check := func(i int) error {
-		vs := all[i*nl : (i+1)*nl]
+		var vs [5]core.View
 		for k, li := range lists {
-			v := &views[i*nl+k]
-			vs[k] = v
-			err := checkOne(v, li.name, at(li.ptr, i), k, vs[0])
-			if err == nil {
-				if err = core.SameDevice(&first, v); err != nil {
-					return core.Errorf(core.StatusOf(err), "%s[%d]: %v", li.name, i, err)
+			v := &vs[k]
+			if err := checkOne(v, li.name, at(li.ptr, i), k, &vs[0]); err != nil {
+				// built only on failure
+				var scratchView core.View
+				named := core.Check(&scratchView, li.name+"["+strconv.Itoa(i)+"]", at(li.ptr, i))
+				if named == nil {
+					named = core.Errorf(core.StatusOf(err), "%s[%d]: %v", li.name, i, err)
 				}
-				continue
+				return named
 			}
-			// built only on failure
-			_, named := core.Check(li.name+"["+strconv.Itoa(i)+"]", at(li.ptr, i))
-			if named == nil {
-				named = core.Errorf(core.StatusOf(err), "%s[%d]: %v", li.name, i, err)
+			if err := core.SameDevice(&first, v); err != nil {
+				return core.Errorf(core.StatusOf(err), "%s[%d]: %v", li.name, i, err)
 			}
-			return named
+			e := extent{at: i*nl + k}
+			if v.N > 0 {
+				e.lo, e.hi = v.Extent()
+			}
+			extents[i*nl+k] = e
 		}
-		if err := core.SameDType(vs[0], vs[1]); err != nil {
+		if err := core.SameDType(&vs[0], &vs[1]); err != nil {
 			return core.Errorf(core.StatusOf(err), "grads[%d] is %s but params[%d] is %s (mixed dtypes)", i, vs[1].DType, i, vs[0].DType)
 		}
-		groups[i] = group{p: vs[0], g: vs[1], m: vs[2], v: vs[3]}
+		groups[i] = group{p: vs[0].Base, g: vs[1].Base, m: vs[2].Base, v: vs[3].Base, n: vs[0].N, dt: vs[0].DType}
 		if nl > 4 {
-			groups[i].vmax = vs[4]
+			groups[i].vmax = vs[4].Base
 		}
 		return nil
 	}
@@ -180,7 +188,7 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	// one of the lowest index, as a serial check would find it.
 	var mu sync.Mutex
 	firstBad, firstErr := len(groups), error(nil)
-	cpu.Parallel(len(groups), 512, func(lo, hi int, _ *cpu.Scratch) {
+	cpu.Parallel(len(groups), 256, func(lo, hi int, _ *cpu.Scratch) {
 		for i := lo; i < hi; i++ {
 			if err := check(i); err != nil {
 				mu.Lock()
@@ -195,17 +203,18 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	if all[0].DeviceType == core.DeviceCPU && enc != nil {
+	if first.DeviceType == core.DeviceCPU && enc != nil {
 		return nil, core.Errorf(core.ErrInvalidArgument, "encoder must be NULL for CPU tensors")
 	}
-	return groups, noOverlap(all, nl, sc)
+	sc.device.typ, sc.device.id = first.DeviceType, first.DeviceID
+	names := func(at int) string { return lists[at%nl].name + "[" + strconv.Itoa(at/nl) + "]" }
+	return groups, noOverlap(extents, sc, names)
 }
 
 // checkOne validates tensor t of list k into v: a descriptor of its own,
 // contiguous, shaped like the param p, float32 for the state lists.
 func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) error {
-	var err error
-	if *v, err = core.Check(name, t); err != nil {
+	if err := core.Check(v, name, t); err != nil {
 		return err
 	}
 	if err := core.WantContiguous(v); err != nil {
@@ -225,20 +234,11 @@ func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) er
 }
 
 // noOverlap rejects any two tensors of the call sharing memory: sorted by
-// start, each must end before the next begins. vs holds nl views per
-// parameter, in list order.
-func noOverlap(vs []*core.View, nl int, sc *scratch) error {
-	es := sc.extents[:0]
-	for i, v := range vs {
-		if v.N > 0 {
-			lo, hi := v.Extent()
-			es = append(es, extent{lo, hi, i})
-		}
-	}
-	sc.extents = es
+// start, each must end before the next begins (empty tensors, [0, 0), sort
+// first and overlap nothing). name names a tensor by its index.
+func noOverlap(es []extent, sc *scratch, name func(at int) string) error {
 	sc.spare = grow(sc.spare, len(es))
 	sortByStart(es, sc.spare)
-	name := func(at int) string { return vs[at].Name + "[" + strconv.Itoa(at/nl) + "]" }
 	for i := 1; i < len(es); i++ {
 		if es[i].lo < es[i-1].hi {
 			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", name(es[i].at), name(es[i-1].at))
@@ -289,8 +289,8 @@ func Step(c *Config, l Lists, enc unsafe.Pointer) error {
 		return err
 	}
 	h := scalars(c)
-	if groups[0].p.DeviceType == core.DeviceCUDA {
-		return stepCUDA(&h, groups, enc)
+	if sc.device.typ == core.DeviceCUDA {
+		return stepCUDA(&h, groups, int(sc.device.id), enc)
 	}
 	stepCPU(&h, groups)
 	return nil
@@ -302,7 +302,7 @@ func Step(c *Config, l Lists, enc unsafe.Pointer) error {
 func stepCPU(h *simd.AdamW, groups []group) {
 	starts := make([]int, len(groups)+1) // element offset of each tensor in the concatenation
 	for i, g := range groups {
-		starts[i+1] = starts[i] + g.p.N
+		starts[i+1] = starts[i] + g.n
 	}
 	total := starts[len(groups)]
 	cpu.Parallel(total, 1<<15, func(lo, hi int, s *cpu.Scratch) {
@@ -313,14 +313,15 @@ func stepCPU(h *simd.AdamW, groups []group) {
 			off, end := pos-starts[t], min(hi, starts[t+1])-starts[t]
 			for ; off < end; off += cpu.Chunk {
 				n := min(cpu.Chunk, end-off)
-				p := cpu.Span{P: g.p.Base, DT: g.p.DType}
+				p := cpu.Span{P: g.p, DT: g.dt}
 				ps := p.Load(off, s.Buf(0, n))
-				gs := cpu.Span{P: g.g.Base, DT: g.g.DType}.Load(off, s.Buf(1, n))
+				gs := cpu.Span{P: g.g, DT: g.dt}.Load(off, s.Buf(1, n))
+				state := func(q unsafe.Pointer) []float32 { return cpu.Float32s(q, g.n)[off : off+n] }
 				var vmax []float32
 				if g.vmax != nil {
-					vmax = cpu.Float32s(g.vmax.Base, g.vmax.N)[off : off+n]
+					vmax = state(g.vmax)
 				}
-				k.AdamW(h, ps, gs, cpu.Float32s(g.m.Base, g.m.N)[off:off+n], cpu.Float32s(g.v.Base, g.v.N)[off:off+n], vmax)
+				k.AdamW(h, ps, gs, state(g.m), state(g.v), vmax)
 				p.Store(off, ps)
 			}
 			pos = starts[t+1]

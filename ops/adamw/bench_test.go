@@ -3,7 +3,9 @@ package adamw
 import (
 	"testing"
 
+	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
 )
 
 // BenchmarkValidate5000 is the host cost of checking a 5,000-tensor list.
@@ -20,4 +22,26 @@ func BenchmarkValidate5000(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkStep5000CUDA is the host cost of a whole 5,000-tensor step on
+// CUDA tensors: validation plus the launches; it needs a GPU.
+func BenchmarkStep5000CUDA(b *testing.B) {
+	if n, err := cuda.Devices(); err != nil || n == 0 {
+		b.Skipf("no CUDA device: %v", err)
+	}
+	tu.OnCUDAForBench(func() {
+		sizes := make([]int64, 5000)
+		for i := range sizes {
+			sizes[i] = 16
+		}
+		s := newSet(b, core.BF16, sizes, false)
+		cfg := Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+		for i := 0; b.Loop(); i++ {
+			if err := Step(&cfg, s.lists(), nil); err != nil {
+				b.Fatal(err)
+			}
+			tu.SyncEvery(b, i)
+		}
+	})
 }

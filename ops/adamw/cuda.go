@@ -24,29 +24,28 @@ const (
 
 // stepCUDA launches adamw_step once per batch of up to batchMax tensors, on
 // the caller's stream; the tensor list travels in the kernel parameter.
-func stepCUDA(h *simd.AdamW, groups []group, enc unsafe.Pointer) error {
-	dev := int(groups[0].p.DeviceID)
+func stepCUDA(h *simd.AdamW, groups []group, dev int, enc unsafe.Pointer) error {
 	var words [batchWords]uint64
 	for start := 0; start < len(groups); start += batchMax {
 		batch := groups[start:min(start+batchMax, len(groups))]
 		clear(words[:])
 		blocks := int64(0)
 		for i, g := range batch {
-			words[i] = cuda.Ptr(g.g.Base)
-			words[batchMax+i] = cuda.Ptr(g.p.Base)
-			words[2*batchMax+i] = cuda.Ptr(g.m.Base)
-			words[3*batchMax+i] = cuda.Ptr(g.v.Base)
-			words[4*batchMax+i] = cuda.View(g.vmax)
-			words[5*batchMax+i] = uint64(g.p.N)
+			words[i] = cuda.Ptr(g.g)
+			words[batchMax+i] = cuda.Ptr(g.p)
+			words[2*batchMax+i] = cuda.Ptr(g.m)
+			words[3*batchMax+i] = cuda.Ptr(g.v)
+			words[4*batchMax+i] = cuda.Ptr(g.vmax)
+			words[5*batchMax+i] = uint64(g.n)
 			words[6*batchMax+i] = uint64(blocks)
-			blocks += int64((g.p.N + chunkElems - 1) / chunkElems)
+			blocks += int64((g.n + chunkElems - 1) / chunkElems)
 		}
 		words[6*batchMax+len(batch)] = uint64(blocks)
 		words[7*batchMax+1] = uint64(len(batch))
 		for i, v := range []float32{h.Sign, h.Decay, h.Beta1, h.Beta2, h.StepSize, h.InvBC2Sqrt, h.Eps} {
 			words[7*batchMax+2+i] = math.Float64bits(float64(v))
 		}
-		if err := cuda.LaunchStruct(dev, enc, cuda.Kernel("adamw_step", batch[0].p.DType), int(blocks), 256, words[:]); err != nil {
+		if err := cuda.LaunchStruct(dev, enc, cuda.Kernel("adamw_step", batch[0].dt), int(blocks), 256, words[:]); err != nil {
 			return cuda.Backend(err)
 		}
 	}
