@@ -197,7 +197,7 @@ func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shar
 	}
 	f, ok := d.funcs[name]
 	if !ok {
-		return fmt.Errorf("no kernel %s", name)
+		return fmt.Errorf("no kernel %s", strings.Clone(name)) // a copy: name itself stays on the caller's stack
 	}
 	if grid == 0 {
 		return nil

@@ -456,3 +456,14 @@ func OnCUDAForBench(f func()) {
 	defer func() { onCUDA = false }()
 	f()
 }
+
+// SyncEvery drains the GPU's queue every 256th iteration i of a benchmark,
+// untimed, so that a full launch queue does not turn the GPU's time into
+// the host's.
+func SyncEvery(b *testing.B, i int) {
+	if i%256 == 255 {
+		b.StopTimer()
+		must(cuda.Sync())
+		b.StartTimer()
+	}
+}

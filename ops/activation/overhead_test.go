@@ -20,8 +20,9 @@ func BenchmarkCallCUDA(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		for b.Loop() {
+		for i := 0; b.Loop(); i++ {
 			_ = SiluFwd(x.Ptr(), y.Ptr(), nil)
+			tu.SyncEvery(b, i)
 		}
 	})
 }
