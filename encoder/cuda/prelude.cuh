@@ -98,6 +98,19 @@ MC_DEVICE float mc_block_sum(float v, float* scratch) {
     v = mc_warp_sum(v);
     return v;
 }
+// mc_block_sum2 sums a and b over the block with one pair of barriers;
+// scratch holds 66 floats.
+MC_DEVICE void mc_block_sum2(float& a, float& b, float* scratch) {
+    a = mc_warp_sum(a);
+    b = mc_warp_sum(b);
+    if (MC_NTHREADS == 32) return;
+    int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
+    MC_BARRIER();
+    if (lane == 0) scratch[warp] = a, scratch[33 + warp] = b;
+    MC_BARRIER();
+    a = mc_warp_sum(lane < nwarps ? scratch[lane] : 0.f);
+    b = mc_warp_sum(lane < nwarps ? scratch[33 + lane] : 0.f);
+}
 MC_DEVICE float mc_block_max(float v, float* scratch) {
     v = mc_warp_max(v);
     if (MC_NTHREADS == 32) return v;

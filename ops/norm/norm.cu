@@ -128,7 +128,7 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
                          int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N, C = 16 / N };
-    MC_SHARED float red[33];
+    MC_SHARED float red[66];
     int nb = (int)MC_NBLOCKS;
     int r0 = (int)(MC_BLOCK * rows / nb), r1 = (int)((MC_BLOCK + 1) * rows / nb);
     const T* w = (const T*)w_;
@@ -179,8 +179,8 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
             mc_fetch<D>(x, cols, xvec, s, xv);
             sums(d, xv, s);
         }
-        sg = mc_block_sum(sg, red);
-        sgx = mc_block_sum(sgx, red);
+        if (layer) mc_block_sum2(sg, sgx, red);
+        else sgx = mc_block_sum(sgx, red);  // RMSNorm needs no sum(g)
         float a = layer ? sg / cols : 0.f, c = layer ? sgx / cols : sgx * inv * inv / cols;
         // pass 2: dx, and the weight/bias terms added to aw/ab
         auto grads = [&](const float* d, const float* xv, int s, float* aw, float* ab) {
