@@ -23,6 +23,9 @@ const (
 	// (measured on an H100 for 4096x4096 and 8192x1024: 256 beats 128, 512
 	// and 1024).
 	panelRows = 256
+	// panelThreads is qr_panel's block size (any register count allows
+	// it: 256 threads of 255 registers fit a multiprocessor).
+	panelThreads = 256
 )
 
 // gpuLayout is where the blocked path keeps its work in the workspace, in
@@ -144,7 +147,11 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 	for k0 := 0; k0 < s.k; k0 += panelWidth {
 		jb := min(panelWidth, s.k-k0)
 		groups := max(1, min(l.groups, (s.m-k0+panelRows-1)/panelRows))
-		err := launch("qr_panel", s.batch*groups, 256, w, t, part, counters, cuda.I32(arrivals), m, n, cuda.I32(k0),
+		panel := "qr_panel"
+		if (s.m-k0+groups-1)/groups <= panelThreads {
+			panel = "qr_panel_reg" // a row a thread at most: rows in registers
+		}
+		err := launch(panel, s.batch*groups, panelThreads, w, t, part, counters, cuda.I32(arrivals), m, n, cuda.I32(k0),
 			cuda.I32(jb), cuda.I32(l.panels), cuda.I32(groups))
 		if err != nil {
 			return cuda.Backend(err)

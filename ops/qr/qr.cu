@@ -267,11 +267,28 @@ MC_DEVICE void qr_group_sync(unsigned* counter, unsigned target) {
 // The group exchanges these through part (two slots, alternating by
 // column), and each block updates its slice. Totals add in block order:
 // deterministic. The counter's arrivals before this launch are `base`.
+//
+// REG: the slice has at most one row a thread, and the thread holds its
+// row's panel entries in registers for the whole panel (qr_panel_reg);
+// otherwise the rows are read from and written to w (qr_panel).
 #define QR_SLOT (2 * QR_NB + 2)  // x^2, 32 sums, unused, row c's 32 values
-MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
-                        int jb, int npanels, int groups) {
+
+// a[j] for j known only at run time, without indexing the register array
+// by it (which would move the array to local memory).
+MC_DEVICE float qr_pick(const float (&a)[QR_NB], int j) {
+    float v = 0.f;
+#pragma unroll
+    for (int d = 0; d < QR_NB; d++)
+        if (d == j) v = a[d];
+    return v;
+}
+
+template <bool REG>
+MC_DEVICE void qr_panel_impl(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n,
+                             int k0, int jb, int npanels, int groups) {
     MC_SHARED float gram[QR_NB][QR_NB + 1];
     MC_SHARED float red[32][33];
+    MC_SHARED float rowc_sh[QR_NB];
     MC_SHARED double dred[32], tot[QR_SLOT], tau[QR_NB];
     int tid = MC_TID, nt = MC_NTHREADS, warp = tid >> 5, lane = tid & 31, nw = nt >> 5;
     mc_i64 b = MC_BLOCK / groups;
@@ -279,13 +296,26 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
     int per = (m - k0 + groups - 1) / groups, lo = k0 + g * per, hi = min(m, lo + per);
     float* A = w + b * m * n;
     double* pb = part + b * 2 * groups * QR_SLOT;
+    auto at = [&](int d, int i) -> float& { return A[(mc_i64)(k0 + d) * m + i]; };
+    float a[QR_NB];  // REG: row lo + tid's entries (zeros past jb or hi)
+    int ri = lo + tid;
+    bool mine = REG && ri < hi;
+    if constexpr (REG) {
+#pragma unroll
+        for (int d = 0; d < QR_NB; d++) a[d] = mine && d < jb ? at(d, ri) : 0.f;
+    }
     // The panel is first scaled by the power of two that brings its largest
     // entry to [0.5, 1): exact, and the reflectors and T do not change, so
     // the products below can be float sums even for entries of 1e-30 or
     // 1e30. r's part (rows up to the diagonal) is scaled back at the end.
     float amax = 0.f;
-    for (int i = lo + tid; i < hi; i += nt)
-        for (int d = 0; d < jb; d++) amax = fmaxf(amax, fabsf(A[(mc_i64)(k0 + d) * m + i]));
+    if constexpr (REG) {
+#pragma unroll
+        for (int d = 0; d < QR_NB; d++) amax = fmaxf(amax, fabsf(a[d]));
+    } else {
+        for (int i = lo + tid; i < hi; i += nt)
+            for (int d = 0; d < jb; d++) amax = fmaxf(amax, fabsf(at(d, i)));
+    }
     amax = mc_warp_max(amax);
     if (lane == 0) dred[warp] = amax;
     MC_BARRIER();
@@ -300,8 +330,13 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
     int e2 = 0;
     if (amax > 0.f && amax <= 3.4e38f) frexpf(amax, &e2);
     float up = ldexpf(1.f, -e2);
-    for (int i = lo + tid; i < hi; i += nt)
-        for (int d = 0; d < jb; d++) A[(mc_i64)(k0 + d) * m + i] *= up;
+    if constexpr (REG) {
+#pragma unroll
+        for (int d = 0; d < QR_NB; d++) a[d] *= up;
+    } else {
+        for (int i = lo + tid; i < hi; i += nt)
+            for (int d = 0; d < jb; d++) at(d, i) *= up;
+    }
     // A thread keeps its rows (lo + tid, + nt, ...) for the whole panel, so
     // it reads only what it wrote itself; row c's values reach the group
     // through the exchange.
@@ -312,13 +347,20 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
         double ss = 0;
 #pragma unroll
         for (int d = 0; d < 32; d++) p[d] = 0.f;
-        for (int i = lo + tid; i < hi; i += nt) {
-            if (i <= c) continue;
-            float xi = x[i];
+        auto sums = [&](float xi, auto entry) {
             ss += (double)xi * xi;
 #pragma unroll
             for (int d = 0; d < 32; d++)
-                if (d < jb && d != j) p[d] += xi * A[(mc_i64)(k0 + d) * m + i];
+                if (d < jb && d != j) p[d] += xi * entry(d);
+        };
+        if constexpr (REG) {
+            if (mine && ri > c) sums(qr_pick(a, j), [&](int d) { return a[d]; });
+            if (mine && ri == c)
+#pragma unroll
+                for (int d = 0; d < QR_NB; d++) rowc_sh[d] = a[d];
+        } else {
+            for (int i = lo + tid; i < hi; i += nt)
+                if (i > c) sums(x[i], [&](int d) { return at(d, i); });
         }
         qr_warp_sums<16>(p, lane);
         red[warp][lane] = p[0];
@@ -331,7 +373,7 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
             if (v <= QR_NB) {
                 for (int u = 0; u < nw; u++) t += v == 0 ? dred[u] : red[u][v - 1];
             } else if (int d = v - QR_NB - 2; d >= 0 && d < jb && lo <= c && c < hi) {
-                t = A[(mc_i64)(k0 + d) * m + c];
+                t = REG ? rowc_sh[d] : at(d, c);
             }
             slot[v] = t;
         }
@@ -355,24 +397,38 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
         for (int d = 0; d < 32; d++) coef[d] = (float)(rowc[d] + h.scale * tot[1 + d]) * (d > j ? h.tau : 1.f);
         if (tid == 0) tau[j] = h.tau;
         if (tid < j) gram[tid][j] = (float)(rowc[tid] + h.scale * tot[1 + tid]);
-        for (int i = lo + tid; i < hi; i += nt) {
-            if (i < c) continue;
-            if (i == c) {  // row c: beta, and the columns' own entries
-                x[c] = h.beta;
+        // row i's update: x_i becomes the reflector's entry (beta on row c),
+        // the later columns lose that times coef (row c: coef itself)
+        if constexpr (REG) {
+            if (mine && ri >= c) {
+                float xi = ri == c ? h.beta : h.scaled(qr_pick(a, j)), f = ri == c ? 1.f : xi;
+#pragma unroll
+                for (int d = 0; d < QR_NB; d++) {
+                    if (d == j) a[d] = xi;
+                    else if (d > j && d < jb) a[d] -= f * coef[d];
+                }
+            }
+        } else {
+            for (int i = lo + tid; i < hi; i += nt) {
+                if (i < c) continue;
+                float xi = i == c ? h.beta : h.scaled(x[i]), f = i == c ? 1.f : xi;
+                x[i] = xi;
 #pragma unroll
                 for (int d = 0; d < 32; d++)
-                    if (d > j && d < jb) A[(mc_i64)(k0 + d) * m + c] -= coef[d];
-                continue;
+                    if (d > j && d < jb) at(d, i) -= f * coef[d];
             }
-            float vi = h.scaled(x[i]);
-            x[i] = vi;
-#pragma unroll
-            for (int d = 0; d < 32; d++)
-                if (d > j && d < jb) A[(mc_i64)(k0 + d) * m + i] -= vi * coef[d];
         }
     }
-    for (int i = lo + tid; i < hi && i < k0 + jb; i += nt)  // r's rows, this thread's own
-        for (int d = i - k0; d < jb; d++) A[(mc_i64)(k0 + d) * m + i] /= up;
+    if constexpr (REG) {
+        if (mine) {
+#pragma unroll
+            for (int d = 0; d < QR_NB; d++)
+                if (d < jb) at(d, ri) = ri < k0 + jb && d >= ri - k0 ? a[d] / up : a[d];  // r's rows scaled back
+        }
+    } else {
+        for (int i = lo + tid; i < hi && i < k0 + jb; i += nt)  // r's rows, this thread's own
+            for (int d = i - k0; d < jb; d++) at(d, i) /= up;
+    }
     MC_BARRIER();
     if (g != 0) return;
     // T (LAPACK's slarft, forward columnwise): T[j][j] = tau_j,
@@ -393,6 +449,14 @@ MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, u
         int i = e / QR_NB, j = e % QR_NB;
         Tg[e] = i < jb && j < jb && i <= j ? gram[i][j] : 0.f;
     }
+}
+MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
+                        int jb, int npanels, int groups) {
+    qr_panel_impl<false>(w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
+}
+MC_KERNEL void qr_panel_reg(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n,
+                            int k0, int jb, int npanels, int groups) {
+    qr_panel_impl<true>(w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
 }
 
 // Entry i of reflector column c (row c holds its implicit 1; rows above, 0).
