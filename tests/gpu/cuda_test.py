@@ -94,19 +94,27 @@ print("against torch: done")
 x = torch.randn(4096, 4096, device=dev)
 y = torch.empty_like(x)
 check("cuda_prepare", 0)
-torch.cuda.synchronize()
-torch.cuda._sleep(200_000_000)
-t0 = time.perf_counter()
-for _ in range(10):
+for _ in range(3):  # the shim's first-call lookups are not what is tested
     check("softmax_fwd", x, y, stream())
     check("silu_fwd", x, y, stream())
-host_us = (time.perf_counter() - t0) / 20 * 1e6
+torch.cuda.synchronize()
+torch.cuda._sleep(200_000_000)
+times = []
+for _ in range(10):
+    for op in ("softmax_fwd", "silu_fwd"):
+        t0 = time.perf_counter()
+        check(op, x, y, stream())
+        times.append((time.perf_counter() - t0) * 1e6)
 busy = not torch.cuda.current_stream().query()
 torch.cuda.synchronize()
+times.sort()
 expect(busy, "the stream should still be busy after the calls returned")
-expect(host_us < 100, f"calls took {host_us:.1f} us each on a busy stream")
+# a call that waited for the stream would take the sleep's ~100 ms; the
+# slowest may still meet a host hiccup (a page fault, a thread switch)
+expect(times[-1] < 10_000, f"a call took {times[-1]:.0f} us on a busy stream")
+expect(times[len(times) // 2] < 100, f"calls took a median {times[len(times) // 2]:.1f} us on a busy stream")
 close(y, F.silu(x), torch.float32, "silu after the busy stream")
-print(f"never blocks: {host_us:.1f} us per call while the stream sleeps")
+print(f"never blocks: median {times[len(times) // 2]:.1f} us, slowest {times[-1]:.1f} us per call while the stream sleeps")
 
 # a side stream: ordered after the torch work queued on it
 side = torch.cuda.Stream()
