@@ -35,6 +35,13 @@ type device struct {
 	funcs map[string]function // read without the lock once loaded is set
 	sms   int
 	ready atomic.Bool // funcs is complete
+	// resident caches Resident's answers by residentKey
+	resident sync.Map
+}
+
+type residentKey struct {
+	name    string
+	threads int
 }
 
 // Register adds an op family's kernel source (called from init).
@@ -152,6 +159,48 @@ func SMs(dev int) (int, error) {
 		return 0, err
 	}
 	return d.sms, nil
+}
+
+// Resident is how many blocks of kernel name, `threads` threads each
+// (without dynamic shared memory), one multiprocessor of dev holds at once.
+// It loads the kernels if they are not loaded yet.
+func Resident(dev int, name string, threads int) (int, error) {
+	d, err := getDevice(dev)
+	if err != nil {
+		return 0, err
+	}
+	if err := Prepare(dev); err != nil {
+		return 0, err
+	}
+	key := residentKey{name, threads}
+	if n, ok := d.resident.Load(key); ok {
+		return n.(int), nil
+	}
+	f, ok := d.funcs[name]
+	if !ok {
+		return 0, fmt.Errorf("no kernel %s", name)
+	}
+	leave, err := d.ctx.enter(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer leave()
+	n, err := f.resident(min(threads, f.maxThreads))
+	if err == nil {
+		d.resident.Store(key, n)
+	}
+	return n, err
+}
+
+// Wave is how many blocks of kernel name, `threads` threads each, the
+// whole of dev holds at once.
+func Wave(dev int, name string, threads int) (int, error) {
+	n, err := Resident(dev, name, threads)
+	if err != nil {
+		return 0, err
+	}
+	sms, err := SMs(dev)
+	return max(1, n) * sms, err
 }
 
 // CheckPointer fails unless p is memory of CUDA device dev. It is one

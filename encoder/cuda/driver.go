@@ -35,6 +35,7 @@ static CUresult (*p_cuModuleLoadData)(CUmodule*, const void*);
 static CUresult (*p_cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
 static CUresult (*p_cuFuncGetAttribute)(int*, int, CUfunction);
 static CUresult (*p_cuFuncSetAttribute)(CUfunction, int, int);
+static CUresult (*p_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void**, void**);
 static CUresult (*p_cuPointerGetAttribute)(void*, int, CUdeviceptr);
@@ -96,6 +97,7 @@ static const char* mc_cuda_open(const char* cuda_path, const char* nvrtc_path) {
     SYM(libcuda, p_cuModuleGetFunction, "cuModuleGetFunction");
     SYM(libcuda, p_cuLaunchKernel, "cuLaunchKernel");
     SYM(libcuda, p_cuFuncGetAttribute, "cuFuncGetAttribute");
+    SYM(libcuda, p_cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     SYM(libcuda, p_cuFuncSetAttribute, "cuFuncSetAttribute");
     SYM(libcuda, p_cuPointerGetAttribute, "cuPointerGetAttribute");
     SYM(libcuda, p_cuStreamIsCapturing, "cuStreamIsCapturing");
@@ -223,6 +225,10 @@ static CUresult mc_function(CUmodule mod, const char* name, CUfunction* f, int* 
     CUresult r = p_cuModuleGetFunction(f, mod, name);
     if (r) return r;
     return p_cuFuncGetAttribute(max_threads, 0, *f);  // MAX_THREADS_PER_BLOCK (registers allowing)
+}
+
+static CUresult mc_resident(CUfunction f, int threads, int* blocks) {
+    return p_cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, threads, 0);
 }
 
 // mc_allow_shared lets f take n bytes of dynamic shared memory (above the
@@ -380,6 +386,14 @@ func (m module) function(name string) (function, error) {
 	err := check("cuModuleGetFunction "+name, C.mc_function(m.m, cn, &f.f, &mt))
 	f.maxThreads = int(mt) &^ 31
 	return f, err
+}
+
+// resident is how many blocks of f with `threads` threads a multiprocessor
+// holds at once.
+func (f function) resident(threads int) (int, error) {
+	var n C.int
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", C.mc_resident(f.f, C.int(threads), &n))
+	return int(n), err
 }
 
 // launch runs f on stream within dev's context: entering it, opting f in

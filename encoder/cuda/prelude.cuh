@@ -59,8 +59,9 @@ struct F16 {
 // 16-byte vectors: VEC elements of D per load.
 template <class D> struct Vec {
     enum { N = 16 / sizeof(typename D::T) };
-    MC_DEVICE void load(const typename D::T* p, float* out) {
-        uint4 raw = *(const uint4*)p;
+    MC_DEVICE void load(const typename D::T* p, float* out) { unpack(*(const uint4*)p, out); }
+    // unpack converts a piece already loaded (raw) to float
+    MC_DEVICE void unpack(uint4 raw, float* out) {
         const typename D::T* e = (const typename D::T*)&raw;
 #pragma unroll
         for (int j = 0; j < N; j++) out[j] = D::load(e + j);
@@ -159,21 +160,39 @@ template <class D> MC_DEVICE void mc_store(typename D::T* q, int cols, bool vec,
 // Row<D, C> keeps the first C pieces of a row in registers, so later passes
 // read no memory; wider rows re-read the rest (from source, which a kernel
 // may point elsewhere, e.g. at what it wrote in the first pass).
+//
+// A kernel taking several rows a block may fetch the cached pieces of its
+// next row ahead (raw, 4 registers a piece), before it reduces this one.
 template <class D, int C> struct Row {
     enum { N = Vec<D>::N };
     float v[C][N];
+    uint4 next[C];
     const typename D::T* src;
     int cols;
-    bool vec;
+    bool vec, have_next = false;
     MC_METHOD void init(const typename D::T* row, int c) { src = row; cols = c; vec = mc_aligned(row, c, N); }
     MC_METHOD int pieces() const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
     MC_METHOD int start(int k) const { return mc_piece_start(k, N); }
-    // load: fetch every piece (caching the first C) and call f(values, k)
+    // fetch_ahead: start loading row's cached pieces for the next init
+    MC_METHOD void fetch_ahead(const typename D::T* row) {
+        have_next = mc_aligned(row, cols, N);
+        int n = pieces();
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (have_next && k < n && start(k) < cols) next[k] = *(const uint4*)(row + start(k));
+    }
+    // load: fetch every piece (caching the first C; those fetched ahead come
+    // from registers) and call f(values, k)
     template <class F> MC_METHOD void load(F f) {
         int n = pieces();
 #pragma unroll
         for (int k = 0; k < C; k++)
-            if (k < n) { mc_fetch<D>(src, cols, vec, start(k), v[k]); f(v[k], k); }
+            if (k < n) {
+                if (have_next && start(k) < cols) Vec<D>::unpack(next[k], v[k]);
+                else mc_fetch<D>(src, cols, vec, start(k), v[k]);
+                f(v[k], k);
+            }
+        have_next = false;
         for (int k = C; k < n; k++) {
             float t[N];
             mc_fetch<D>(src, cols, vec, start(k), t);

@@ -14,17 +14,31 @@ import (
 // count.
 const maxPartials = 32
 
-// partialBlocks is the number of row blocks (and partial rows) for x. On the
-// GPU: enough blocks to fill it (up to eight per multiprocessor), fewer for
-// wide rows so the partials stay small against the tensor (at least two per
-// multiprocessor). Measured on an H100: twice the blocks was up to 30%
-// slower for 4096x8192 bfloat16.
-func partialBlocks(x *core.View) (int, error) {
-	if x.DeviceType == core.DeviceCUDA {
-		sms, err := cuda.SMs(int(x.DeviceID))
-		return min(x.Rows, max(2*sms, min(8*sms, 16*sms*1024/max(x.Cols, 1)))), cuda.Backend(err)
+// partialBlocks is the number of row blocks (and partial rows) for x, for
+// `perRow` partial rows a block (1: RMSNorm, 2: LayerNorm). On the GPU, for
+// the kernel fetching ahead: no more than the multiprocessors hold at once
+// (a second wave would leave them half idle at its end), at most eight per
+// multiprocessor; for the other: two to eight per multiprocessor, fewer for
+// wide rows so that the partials stay small against the tensor (measured on
+// an H100: twice the blocks was up to 30% slower for 4096x8192 bfloat16).
+// The split depends on the shape and the device alone, so dweight's
+// summation order does too.
+func partialBlocks(x *core.View, perRow int) (int, error) {
+	if x.DeviceType != core.DeviceCUDA {
+		return min(x.Rows, maxPartials), nil
 	}
-	return min(x.Rows, maxPartials), nil
+	dev := int(x.DeviceID)
+	sms, err := cuda.SMs(dev)
+	if err != nil {
+		return 0, cuda.Backend(err)
+	}
+	wide := 16 * sms * 1024 / max(x.Cols, 1)
+	name, threads, ahead := bwdKernel(x, perRow)
+	if !ahead {
+		return min(x.Rows, max(2*sms, min(8*sms, wide))), nil
+	}
+	wave, err := cuda.Wave(dev, name, threads)
+	return min(x.Rows, wave, 8*sms, max(sms, wide)), cuda.Backend(err)
 }
 
 // workspaceBytes is the workspace for `perRow` float32 partial rows of
@@ -41,7 +55,7 @@ func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
 // partialBytes is the size of x's per-block partials, perRow rows of x's
 // width per block, in float32.
 func partialBytes(x *core.View, perRow int) (int64, error) {
-	blocks, err := partialBlocks(x)
+	blocks, err := partialBlocks(x, perRow)
 	return int64(blocks) * int64(perRow) * int64(x.Cols) * 4, err
 }
 

@@ -18,8 +18,20 @@ func rmsnormFwdCUDA(x, w, y, rstd *core.View, eps float32, enc unsafe.Pointer) e
 	if err != nil {
 		return err
 	}
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4),
-		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(rstd), cuda.I32(x.Cols), cuda.F32(eps)))
+	// 16-bit rows: as many blocks as fit the GPU, each fetching its next
+	// row ahead (measured on an H100: 83% -> 93% of copy bandwidth for
+	// 4096x8192 bfloat16; float32 rows ran 0-5% slower so)
+	dev, name, threads, blocks := int(x.DeviceID), "rmsnorm_fwd", cuda.RowThreads(x.Cols, x.DType, 4), x.Rows
+	if x.DType != core.F32 {
+		name = "rmsnorm_fwd_ahead"
+		wave, err := cuda.Wave(dev, cuda.Kernel(name, x.DType), threads)
+		if err != nil {
+			return cuda.Backend(err)
+		}
+		blocks = min(blocks, wave)
+	}
+	return cuda.Backend(cuda.Launch(dev, enc, cuda.Kernel(name, x.DType), blocks, threads, cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w),
+		cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(rstd), cuda.I32(x.Rows), cuda.I32(x.Cols), cuda.F32(eps)))
 }
 
 func fusedAddRMSNormFwdCUDA(x, res, w, y, ro, rstd *core.View, eps float32, enc unsafe.Pointer) error {
@@ -42,6 +54,24 @@ func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe
 		cuda.I32(x.Cols), cuda.F32(eps)))
 }
 
+// bwdKernel is the backward kernel for x (ncol 1: RMSNorm, 2: LayerNorm),
+// its block size and whether it fetches the next row ahead. It caches 16
+// elements a thread (as many 16-byte pieces as an element has bytes); rows
+// of up to 256 threads take the variant fetching ahead (measured on an H100:
+// 1.3-1.6x faster there, up to 1.5x slower for 512-thread rows, whose
+// blocks it leaves one to a multiprocessor).
+func bwdKernel(x *core.View, ncol int) (name string, threads int, ahead bool) {
+	name = "rmsnorm_bwd"
+	if ncol == 2 {
+		name = "layernorm_bwd"
+	}
+	threads = cuda.RowThreads(x.Cols, x.DType, x.DType.Size())
+	if ahead = threads <= 256; ahead {
+		name += "_ahead"
+	}
+	return cuda.Kernel(name, x.DType), threads, ahead
+}
+
 // normBwdCUDA runs the backward kernel (rmsnorm_bwd or layernorm_bwd) and,
 // when gradients are requested, sums the partials of the workspace into
 // them. mean is nil for RMSNorm.
@@ -51,23 +81,20 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 		return err
 	}
 	x, dev := b.x, int(b.x.DeviceID)
-	name, ncol := "rmsnorm_bwd", 1
-	args := []uint64{cuda.Ptr(b.dy.Base), cuda.I64(st[0]), cuda.Ptr(x.Base), cuda.I64(st[1]), cuda.View(b.w)}
+	ncol := 1
 	if mean != nil {
-		name, ncol = "layernorm_bwd", 2
-		args = append(args, cuda.View(mean))
+		ncol = 2
 	}
+	name, threads, _ := bwdKernel(x, ncol)
 	blocks := x.Rows
 	if ws != nil {
-		if blocks, err = partialBlocks(x); err != nil {
+		if blocks, err = partialBlocks(x, ncol); err != nil {
 			return err
 		}
 	}
-	args = append(args, cuda.View(rstd), cuda.Ptr(b.dx.Base), cuda.I64(st[2]), cuda.View(ws), cuda.I32(x.Rows), cuda.I32(x.Cols))
-	// norm_bwd caches 16 elements a thread: as many 16-byte pieces as an
-	// element has bytes
-	threads := cuda.RowThreads(x.Cols, x.DType, x.DType.Size())
-	if err := cuda.Launch(dev, enc, cuda.Kernel(name, x.DType), blocks, threads, args...); err != nil || ws == nil {
+	args := []uint64{cuda.Ptr(b.dy.Base), cuda.I64(st[0]), cuda.Ptr(x.Base), cuda.I64(st[1]), cuda.View(b.w), cuda.View(mean),
+		cuda.View(rstd), cuda.Ptr(b.dx.Base), cuda.I64(st[2]), cuda.View(ws), cuda.I32(x.Rows), cuda.I32(x.Cols)}
+	if err := cuda.Launch(dev, enc, name, blocks, threads, args...); err != nil || ws == nil {
 		return cuda.Backend(err)
 	}
 	for i, g := range gs {

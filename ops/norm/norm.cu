@@ -18,26 +18,43 @@ MC_DEVICE void rms_write(Row<D, C>& x, float inv, const typename D::T* w, typena
     });
 }
 
-template <class D>
-__device__ void rmsnorm_fwd(const void* x_, mc_i64 xs, const void* w_, void* y_, mc_i64 ys, float* rstd, int cols,
-                            float eps) {
+// A block takes rows MC_BLOCK, + MC_NBLOCKS, ...: rmsnorm_fwd is launched
+// with a block per row; rmsnorm_fwd_ahead with as many blocks as fit the
+// GPU at once, each fetching its next row while it reduces and writes the
+// current one (w then stays in the multiprocessor's L1).
+template <class D, bool ahead>
+MC_DEVICE void rmsnorm_rows(const void* x_, mc_i64 xs, const void* w_, void* y_, mc_i64 ys, float* rstd, int rows,
+                            int cols, float eps) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     MC_SHARED float red[33];
-    mc_i64 r = MC_BLOCK;
+    const T* xb = (const T*)x_;
     Row<D, MC_CACHE> x;
-    x.init((const T*)x_ + r * xs, cols);
-    float ss = 0.f;
-    x.load([&](float* v, int) {
-        for (int j = 0; j < N; j++) ss += v[j] * v[j];
-    });
-    float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
-    rms_write<D>(x, inv, (const T*)w_, (T*)y_ + r * ys);
-    if (rstd && MC_TID == 0) rstd[r] = inv;
+    auto row = [&](mc_i64 r) {
+        x.init(xb + r * xs, cols);
+        float ss = 0.f;
+        x.load([&](float* v, int) {
+            for (int j = 0; j < N; j++) ss += v[j] * v[j];
+        });
+        if constexpr (ahead)
+            if (r + MC_NBLOCKS < rows) x.fetch_ahead(xb + (r + MC_NBLOCKS) * xs);
+        float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
+        rms_write<D>(x, inv, (const T*)w_, (T*)y_ + r * ys);
+        if (rstd && MC_TID == 0) rstd[r] = inv;
+    };
+    // the plain kernel is straight-line code: measured, even a loop that
+    // runs once cost float32 rows up to 10%
+    if constexpr (!ahead) row(MC_BLOCK);
+    else
+        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) row(r);
 }
-MC_INSTANTIATE(rmsnorm_fwd,
-               (const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys, float* rstd, int cols, float eps),
-               (x, xs, w, y, ys, rstd, cols, eps))
+#define MC_RMSNORM_FWD_PARAMS \
+    (const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys, float* rstd, int rows, int cols, float eps)
+#define MC_RMSNORM_FWD_ARGS (x, xs, w, y, ys, rstd, rows, cols, eps)
+template <class D> __device__ void rmsnorm_fwd MC_RMSNORM_FWD_PARAMS { rmsnorm_rows<D, false> MC_RMSNORM_FWD_ARGS; }
+template <class D> __device__ void rmsnorm_fwd_ahead MC_RMSNORM_FWD_PARAMS { rmsnorm_rows<D, true> MC_RMSNORM_FWD_ARGS; }
+MC_INSTANTIATE(rmsnorm_fwd, MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
+MC_INSTANTIATE(rmsnorm_fwd_ahead, MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
 
 // residual_out = x + residual rounded to the dtype; y = rmsnorm(residual_out) * w
 template <class D>
@@ -122,7 +139,7 @@ MC_INSTANTIATE(layernorm_fwd,
 // for LayerNorm). The first C pieces of dy and x (16 elements: 4 float32
 // pieces, 2 of 16-bit) stay in registers and accumulate there; wider rows
 // re-read and add in memory (each thread owns its columns).
-template <class D, bool layer>
+template <class D, bool layer, bool ahead>
 __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs, const void* w_,
                          const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial, int rows,
                          int cols) {
@@ -139,6 +156,35 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
     for (int k = 0; k < C; k++)
         for (int j = 0; j < N; j++) accw[k][j] = accb[k][j] = 0.f;
     int n = (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS);
+    // With `ahead`, the cached pieces of w are read once, and those of the
+    // next row's dy and x are fetched (raw) before this row's reduction, so
+    // that the block keeps loads in flight while it reduces and writes. That
+    // costs registers: the host takes it for rows of up to 256 threads.
+    float wc[ahead ? C : 1][N];
+    if constexpr (ahead)
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (w && k < n) mc_fetch<D>(w, cols, wvec, mc_piece_start(k, N), wc[k]);
+    // w's cached piece k (starting at s): from registers, or fetched into buf
+    auto wpiece = [&](int k, int s, float* buf) -> const float* {
+        if constexpr (ahead) return wc[k];
+        if (w) mc_fetch<D>(w, cols, wvec, s, buf);
+        return buf;
+    };
+    uint4 nd[C], nx[C];
+    bool nvec = false;
+    auto prefetch = [&](int r) {
+        const T* dy = (const T*)dy_ + (mc_i64)r * dys;
+        const T* x = (const T*)x_ + (mc_i64)r * xs;
+        nvec = ahead && r < r1 && mc_aligned(dy, cols, N) && mc_aligned(x, cols, N);
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (int s = mc_piece_start(k, N); nvec && k < n && s < cols) {
+                nd[k] = *(const uint4*)(dy + s);
+                nx[k] = *(const uint4*)(x + s);
+            }
+    };
+    prefetch(r0);
     if (part)
         for (int k = C; k < n; k++)
             for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
@@ -155,9 +201,7 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
         float sg = 0.f, sgx = 0.f;
         float dc[C][N], xc[C][N];
         // pass 1: sum(g) and sum(g * xhat) (RMSNorm: sum(g * x))
-        auto sums = [&](const float* d, const float* xv, int s) {
-            float wv[N];
-            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        auto sums = [&](const float* d, const float* xv, const float* wv) {
             for (int j = 0; j < N; j++) {
                 float g = d[j] * (w ? wv[j] : 1.f);
                 sg += g;
@@ -166,26 +210,36 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
         };
 #pragma unroll
         for (int k = 0; k < C; k++)
+            if (int s = mc_piece_start(k, N); k < n) {
+                if (nvec && s < cols) {
+                    Vec<D>::unpack(nd[k], dc[k]);
+                    Vec<D>::unpack(nx[k], xc[k]);
+                } else {
+                    mc_fetch<D>(dy, cols, dyvec, s, dc[k]);
+                    mc_fetch<D>(x, cols, xvec, s, xc[k]);
+                }
+            }
+        prefetch(r + 1);
+#pragma unroll
+        for (int k = 0; k < C; k++)
             if (k < n) {
-                int s = mc_piece_start(k, N);
-                mc_fetch<D>(dy, cols, dyvec, s, dc[k]);
-                mc_fetch<D>(x, cols, xvec, s, xc[k]);
-                sums(dc[k], xc[k], s);
+                float buf[N];
+                sums(dc[k], xc[k], wpiece(k, mc_piece_start(k, N), buf));
             }
         for (int k = C; k < n; k++) {
             int s = mc_piece_start(k, N);
-            float d[N], xv[N];
+            float d[N], xv[N], wv[N];
             mc_fetch<D>(dy, cols, dyvec, s, d);
             mc_fetch<D>(x, cols, xvec, s, xv);
-            sums(d, xv, s);
+            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+            sums(d, xv, wv);
         }
         if (layer) mc_block_sum2(sg, sgx, red);
         else sgx = mc_block_sum(sgx, red);  // RMSNorm needs no sum(g)
         float a = layer ? sg / cols : 0.f, c = layer ? sgx / cols : sgx * inv * inv / cols;
         // pass 2: dx, and the weight/bias terms added to aw/ab
-        auto grads = [&](const float* d, const float* xv, int s, float* aw, float* ab) {
-            float wv[N], o[N];
-            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        auto grads = [&](const float* d, const float* xv, const float* wv, int s, float* aw, float* ab) {
+            float o[N];
             for (int j = 0; j < N; j++) {
                 float xh = layer ? (xv[j] - mu) * inv : xv[j];
                 o[j] = inv * (d[j] * (w ? wv[j] : 1.f) - c * xh - a);
@@ -196,14 +250,18 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
         };
 #pragma unroll
         for (int k = 0; k < C; k++)
-            if (k < n) grads(dc[k], xc[k], mc_piece_start(k, N), accw[k], accb[k]);
+            if (int s = mc_piece_start(k, N); k < n) {
+                float buf[N];
+                grads(dc[k], xc[k], wpiece(k, s, buf), s, accw[k], accb[k]);
+            }
         for (int k = C; k < n; k++) {
             int s = mc_piece_start(k, N);
-            float d[N], xv[N], aw[N], ab[N];
+            float d[N], xv[N], wv[N], aw[N], ab[N];
             mc_fetch<D>(dy, cols, dyvec, s, d);
             mc_fetch<D>(x, cols, xvec, s, xv);
+            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
             for (int j = 0; j < N; j++) aw[j] = ab[j] = 0.f;
-            grads(d, xv, s, aw, ab);
+            grads(d, xv, wv, s, aw, ab);
             if (part)
                 for (int j = 0; j < N; j++)
                     if (s + j < cols) {
@@ -222,25 +280,25 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
             }
 }
 
-template <class D>
-__device__ void rmsnorm_bwd(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* rstd,
-                            void* dx, mc_i64 dxs, float* partial, int rows, int cols) {
-    norm_bwd<D, false>(dy, dys, x, xs, w, 0, rstd, dx, dxs, partial, rows, cols);
-}
-MC_INSTANTIATE(rmsnorm_bwd,
-               (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* rstd, void* dx,
-                mc_i64 dxs, float* partial, int rows, int cols),
-               (dy, dys, x, xs, w, rstd, dx, dxs, partial, rows, cols))
-
-template <class D>
-__device__ void layernorm_bwd(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,
-                              const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols) {
-    norm_bwd<D, true>(dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);
-}
-MC_INSTANTIATE(layernorm_bwd,
-               (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,
-                const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols),
-               (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols))
+// The backward kernels, without and with the next row fetched ahead.
+#define MC_NORM_BWD(NAME, LAYER, AHEAD)                                                                               \
+    template <class D>                                                                                              \
+    __device__ void NAME(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,    \
+                         const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols) {             \
+        norm_bwd<D, LAYER, AHEAD>(dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);                    \
+    }
+MC_NORM_BWD(rmsnorm_bwd, false, false)
+MC_NORM_BWD(rmsnorm_bwd_ahead, false, true)
+MC_NORM_BWD(layernorm_bwd, true, false)
+MC_NORM_BWD(layernorm_bwd_ahead, true, true)
+#define MC_NORM_BWD_PARAMS                                                                                         \
+    (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean, const float* rstd,     \
+     void* dx, mc_i64 dxs, float* partial, int rows, int cols)
+#define MC_NORM_BWD_ARGS (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols)
+MC_INSTANTIATE(rmsnorm_bwd, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE(rmsnorm_bwd_ahead, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE(layernorm_bwd, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE(layernorm_bwd_ahead, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 
 // out[c] = sum over blocks b of partial[b*stride + c]. A block of 256
 // threads takes 32 columns: 8 groups each sum every 8th partial row, then
