@@ -90,19 +90,30 @@ template <class D, class F> MC_DEVICE void elementwise(const void* a_, const voi
     for (mc_i64 i = done + first; i < n; i += stride) D::store(out + i, f(D::load(a + i), b ? D::load(b + i) : 0.f));
 }
 
-// The form is chosen outside the loop: each loop is compiled for one form.
-template <class D> __device__ void gelu_fwd(const void* x, void* y, mc_i64 n, int tanh_form) {
-    if (tanh_form) elementwise<D>(x, 0, y, n, [](float v, float) { return gelu_f(v, 1); });
-    else elementwise<D>(x, 0, y, n, [](float v, float) { return gelu_f(v, 0); });
+// One kernel per GELU form: a kernel's registers are those of its most
+// demanding path, so the erf form's do not pay for the tanh form's.
+template <class D> __device__ void gelu_fwd(const void* x, void* y, mc_i64 n) {
+    elementwise<D>(x, 0, y, n, [](float v, float) { return gelu_f(v, 0); });
 }
-MC_INSTANTIATE(gelu_fwd, (const void* x, void* y, mc_i64 n, int tanh_form), (x, y, n, tanh_form))
+MC_INSTANTIATE(gelu_fwd, (const void* x, void* y, mc_i64 n), (x, y, n))
 
-template <class D> __device__ void gelu_bwd(const void* dy, const void* x, void* dx, mc_i64 n, int tanh_form) {
-    if (tanh_form) elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad(d, v, 1); });
-    else if constexpr (sizeof(typename D::T) == 2) elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad_16bit(d, v); });
-    else elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad(d, v, 0); });
+template <class D> __device__ void gelu_tanh_fwd(const void* x, void* y, mc_i64 n) {
+    elementwise<D>(x, 0, y, n, [](float v, float) { return gelu_f(v, 1); });
 }
-MC_INSTANTIATE(gelu_bwd, (const void* dy, const void* x, void* dx, mc_i64 n, int tanh_form), (dy, x, dx, n, tanh_form))
+MC_INSTANTIATE(gelu_tanh_fwd, (const void* x, void* y, mc_i64 n), (x, y, n))
+
+template <class D> __device__ void gelu_bwd(const void* dy, const void* x, void* dx, mc_i64 n) {
+    if constexpr (sizeof(typename D::T) == 2)
+        elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad_16bit(d, v); });
+    else
+        elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad(d, v, 0); });
+}
+MC_INSTANTIATE(gelu_bwd, (const void* dy, const void* x, void* dx, mc_i64 n), (dy, x, dx, n))
+
+template <class D> __device__ void gelu_tanh_bwd(const void* dy, const void* x, void* dx, mc_i64 n) {
+    elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad(d, v, 1); });
+}
+MC_INSTANTIATE(gelu_tanh_bwd, (const void* dy, const void* x, void* dx, mc_i64 n), (dy, x, dx, n))
 
 template <class D> __device__ void silu_fwd(const void* x, void* y, mc_i64 n) {
     elementwise<D>(x, 0, y, n, [&](float v, float) { return silu_f(v); });

@@ -7,7 +7,6 @@ import (
 
 	"metalcore/encoder/cpu"
 	"metalcore/encoder/cpu/simd"
-	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
 
@@ -29,7 +28,7 @@ func GeluFwd(x *core.Tensor, approximate int32, y *core.Tensor, enc unsafe.Point
 	if err := checkApproximate(approximate); err != nil {
 		return err
 	}
-	return forward(x, y, enc, "gelu_fwd", []uint64{cuda.I32(int(approximate))}, func(k *simd.Table) func(dst, x []float32) {
+	return forward(x, y, enc, geluKernel("fwd", approximate), func(k *simd.Table) func(dst, x []float32) {
 		if approximate == GeluTanh {
 			return k.GeluTanh
 		}
@@ -42,7 +41,7 @@ func GeluBwd(dy, x *core.Tensor, approximate int32, dx *core.Tensor, enc unsafe.
 	if err := checkApproximate(approximate); err != nil {
 		return err
 	}
-	return backward(dy, x, dx, enc, "gelu_bwd", []uint64{cuda.I32(int(approximate))}, func(k *simd.Table) func(dst, dy, x []float32) {
+	return backward(dy, x, dx, enc, geluKernel("bwd", approximate), func(k *simd.Table) func(dst, dy, x []float32) {
 		if approximate == GeluTanh {
 			return k.GeluTanhGrad
 		}
@@ -52,17 +51,26 @@ func GeluBwd(dy, x *core.Tensor, approximate int32, dx *core.Tensor, enc unsafe.
 
 // SiluFwd: y = x * sigmoid(x).
 func SiluFwd(x, y *core.Tensor, enc unsafe.Pointer) error {
-	return forward(x, y, enc, "silu_fwd", nil, func(k *simd.Table) func(dst, x []float32) { return k.Silu })
+	return forward(x, y, enc, "silu_fwd", func(k *simd.Table) func(dst, x []float32) { return k.Silu })
 }
 
 // SiluBwd: dx = dy * silu'(x).
 func SiluBwd(dy, x, dx *core.Tensor, enc unsafe.Pointer) error {
-	return backward(dy, x, dx, enc, "silu_bwd", nil, func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad })
+	return backward(dy, x, dx, enc, "silu_bwd", func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad })
 }
 
-// forward runs kernel (on CUDA, with extra trailing arguments) or, on the
-// CPU, the primitive pick chooses.
-func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint64, pick func(*simd.Table) func(dst, x []float32)) error {
+// geluKernel is the CUDA kernel of GELU's pass ("fwd", "bwd") in the
+// approximation's form: one kernel per form, so that neither form's
+// registers limit the other's occupancy.
+func geluKernel(pass string, approximate int32) string {
+	if approximate == GeluTanh {
+		return "gelu_tanh_" + pass
+	}
+	return "gelu_" + pass
+}
+
+// forward runs kernel (on CUDA) or, on the CPU, the primitive pick chooses.
+func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, pick func(*simd.Table) func(dst, x []float32)) error {
 	var c core.Call
 	xv := c.In("x", x)
 	yv := c.Out("y", y)
@@ -72,18 +80,18 @@ func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint6
 		return err
 	}
 	if xv.DeviceType == core.DeviceCUDA {
-		return elementwiseCUDA(kernel, enc, []*core.View{xv, yv}, extra...)
+		return elementwiseCUDA(kernel, enc, []*core.View{xv, yv})
 	}
 	f := pick(cpu.K())
 	if xv.DType != core.F32 { // every 16-bit input has its answer in a table
-		elementwise(yv, xv, nil, forwardTable(tableFor(kernel, extra, xv.DType), xv.DType, f))
+		elementwise(yv, xv, nil, forwardTable(tableFor(kernel, xv.DType), xv.DType, f))
 		return nil
 	}
 	elementwise(yv, xv, nil, floatChunks(func(dst, a, _ []float32) { f(dst, a) }))
 	return nil
 }
 
-func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, extra []uint64, pick func(*simd.Table) func(dst, dy, x []float32)) error {
+func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, pick func(*simd.Table) func(dst, dy, x []float32)) error {
 	var c core.Call
 	dyv := c.In("dy", dy)
 	xv := c.In("x", x)
@@ -94,11 +102,11 @@ func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, extra [
 		return err
 	}
 	if xv.DeviceType == core.DeviceCUDA {
-		return elementwiseCUDA(kernel, enc, []*core.View{dyv, xv, dxv}, extra...)
+		return elementwiseCUDA(kernel, enc, []*core.View{dyv, xv, dxv})
 	}
 	f := pick(cpu.K())
 	if xv.DType != core.F32 {
-		elementwise(dxv, dyv, xv, gradTable(tableFor(kernel, extra, xv.DType), xv.DType, f))
+		elementwise(dxv, dyv, xv, gradTable(tableFor(kernel, xv.DType), xv.DType, f))
 		return nil
 	}
 	elementwise(dxv, dyv, xv, floatChunks(f))

@@ -14,8 +14,8 @@ var kernels string
 func init() { cuda.Register(kernels) }
 
 // elementwiseCUDA launches an elementwise kernel over contiguous views (the
-// last is the output) with extra trailing arguments.
-func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View, extra ...uint64) error {
+// last is the output).
+func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View) error {
 	if err := core.WantContiguous(vs...); err != nil {
 		return err
 	}
@@ -24,7 +24,7 @@ func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View, extra ...
 	for _, v := range vs {
 		args = append(args, cuda.Ptr(v.Base))
 	}
-	args = append(append(args, cuda.I64(int64(out.N))), extra...)
+	args = append(args, cuda.I64(int64(out.N)))
 	pieces := (out.N + 7) / 8
 	blocks := min((pieces+255)/256, 1<<16)
 	return cuda.Backend(cuda.Launch(int(out.DeviceID), enc, cuda.Kernel(name, out.DType), blocks, 256, args...))

@@ -23,19 +23,15 @@ type table struct {
 
 var tables sync.Map // tableKey -> *table
 
-// tableKey names a table: the kernel (its name says forward or backward),
-// its one argument if any (GELU's approximation), the dtype.
+// tableKey names a table: the kernel (its name says the function, its form
+// and forward or backward) and the dtype.
 type tableKey struct {
 	kernel string
-	arg    uint64
 	dt     core.DType
 }
 
-func tableFor(kernel string, extra []uint64, dt core.DType) *table {
+func tableFor(kernel string, dt core.DType) *table {
 	k := tableKey{kernel: kernel, dt: dt}
-	if len(extra) > 0 {
-		k.arg = extra[0]
-	}
 	if t, ok := tables.Load(k); ok {
 		return t.(*table)
 	}
