@@ -5,6 +5,7 @@ package adamw
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -93,6 +94,7 @@ func at(list unsafe.Pointer, i int) *core.Tensor {
 type scratch struct {
 	groups  []group
 	extents []extent // one per tensor, list-major within a parameter
+	sorted  []extent // extents sorted by start
 	spare   []extent // sortByStart's second buffer
 	device  struct{ typ, id int32 }
 }
@@ -235,16 +237,37 @@ func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) er
 
 // noOverlap rejects any two tensors of the call sharing memory: sorted by
 // start, each must end before the next begins (empty tensors, [0, 0), sort
-// first and overlap nothing). name names a tensor by its index.
+// first and overlap nothing). name names a tensor by its index. A call with
+// the extents of the last call that passed (a training loop passes the same
+// tensors every step) passes without sorting them again.
 func noOverlap(es []extent, sc *scratch, name func(at int) string) error {
+	lastPassed.Lock()
+	same := slices.Equal(es, lastPassed.extents)
+	lastPassed.Unlock()
+	if same {
+		return nil
+	}
+	sorted := grow(sc.sorted, len(es))
+	sc.sorted = sorted
+	copy(sorted, es)
 	sc.spare = grow(sc.spare, len(es))
-	sortByStart(es, sc.spare)
-	for i := 1; i < len(es); i++ {
-		if es[i].lo < es[i-1].hi {
-			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", name(es[i].at), name(es[i-1].at))
+	sortByStart(sorted, sc.spare)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].lo < sorted[i-1].hi {
+			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", name(sorted[i].at), name(sorted[i-1].at))
 		}
 	}
+	lastPassed.Lock()
+	lastPassed.extents = append(lastPassed.extents[:0], es...)
+	lastPassed.Unlock()
 	return nil
+}
+
+// lastPassed holds the extents, in call order, of the last call noOverlap
+// passed.
+var lastPassed struct {
+	sync.Mutex
+	extents []extent
 }
 
 // sortByStart orders es by lo: a least-significant-digit radix sort, 11

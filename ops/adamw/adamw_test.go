@@ -206,6 +206,11 @@ func TestNoOverlap(t *testing.T) {
 			require.Contains(t, err.Error(), "overlaps", c.name)
 		} else {
 			require.NoError(t, err, c.name)
+			// again: passes from the remembered extents; then the same
+			// buffer edited in place to overlap: caught
+			require.NoError(t, noOverlap(es, new(scratch), name), c.name)
+			es[len(es)-1].lo, es[len(es)-1].hi = es[1].lo, es[1].hi+4
+			require.Error(t, noOverlap(es, new(scratch), name), c.name+", edited")
 		}
 	}
 }
