@@ -110,9 +110,10 @@ torch.cuda.synchronize()
 times.sort()
 expect(busy, "the stream should still be busy after the calls returned")
 # a call that waited for the stream would take the sleep's ~100 ms; the
-# slowest may still meet a host hiccup (a page fault, a thread switch)
+# slowest may still meet a host hiccup (a page fault, a thread switch), and
+# every call includes the shim's own Python (tens of µs on a slow host)
 expect(times[-1] < 10_000, f"a call took {times[-1]:.0f} us on a busy stream")
-expect(times[len(times) // 2] < 100, f"calls took a median {times[len(times) // 2]:.1f} us on a busy stream")
+expect(times[len(times) // 2] < 500, f"calls took a median {times[len(times) // 2]:.1f} us on a busy stream")
 close(y, F.silu(x), torch.float32, "silu after the busy stream")
 print(f"never blocks: median {times[len(times) // 2]:.1f} us, slowest {times[-1]:.1f} us per call while the stream sleeps")
 
