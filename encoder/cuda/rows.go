@@ -29,6 +29,20 @@ func RowThreads(cols int, dt core.DType, pieces int) int {
 	return min(max((t+31)/32*32, 32), 1024)
 }
 
+// RowsAhead picks a row kernel's variant and grid: for 16-bit rows
+// NAME_ahead, with as many blocks as dev holds at once, each taking every
+// grid-th row and fetching its next row while it works on one (measured on
+// an H100: RMSNorm 4096x8192 bfloat16 83% -> 94% of copy bandwidth; float32
+// rows ran up to 5% slower so); otherwise NAME with a block per row.
+func RowsAhead(dev int, name string, dt core.DType, rows, threads int) (string, int, error) {
+	if dt == core.F32 {
+		return Kernel(name, dt), rows, nil
+	}
+	name = Kernel(name+"_ahead", dt)
+	wave, err := Wave(dev, name, threads)
+	return name, min(rows, wave), err
+}
+
 // RowStrides are the views' row strides, or an unsupported-layout error for
 // the first whose outer dimensions do not collapse into one strided index.
 func RowStrides(vs ...*core.View) ([]int64, error) {

@@ -14,8 +14,10 @@ var kernels string
 func init() { cuda.Register(kernels) }
 
 // rowKernel launches a softmax row kernel over views (the first is the row
-// shape), passing each view's pointer and row stride, then the width.
-func rowKernel(name string, enc unsafe.Pointer, vs ...*core.View) error {
+// shape), passing each view's pointer and row stride, then the width. A
+// kernel taking several rows a block (ahead: cuda.RowsAhead picks the
+// variant and grid) takes the row count before the width.
+func rowKernel(name string, enc unsafe.Pointer, ahead bool, vs ...*core.View) error {
 	x := vs[0]
 	strides, err := cuda.RowStrides(vs...)
 	if err != nil {
@@ -25,6 +27,14 @@ func rowKernel(name string, enc unsafe.Pointer, vs ...*core.View) error {
 	for i, v := range vs {
 		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
 	}
+	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
+	kernel, blocks := cuda.Kernel(name, x.DType), x.Rows
+	if ahead {
+		if kernel, blocks, err = cuda.RowsAhead(dev, name, x.DType, x.Rows, threads); err != nil {
+			return cuda.Backend(err)
+		}
+		args = append(args, cuda.I32(x.Rows))
+	}
 	args = append(args, cuda.I32(x.Cols))
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel(name, x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4), args...))
+	return cuda.Backend(cuda.Launch(dev, enc, kernel, blocks, threads, args...))
 }

@@ -1,37 +1,53 @@
-// Softmax over the last dimension: one block per row.
+// Softmax over the last dimension: one block per row, but for the forward
+// variant softmax_fwd_ahead, launched with as many blocks as fit the GPU at
+// once, each taking every MC_NBLOCKS-th row and fetching its next row while
+// it reduces and writes the current one.
 
-template <class D> __device__ void softmax_fwd(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int cols) {
+template <class D, bool ahead>
+MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int rows, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     MC_SHARED float red[33];
-    mc_i64 r = MC_BLOCK;
+    const T* xb = (const T*)x_;
     Row<D, MC_CACHE> x;
-    x.init((const T*)x_ + r * xs, cols);
-    float m = -__int_as_float(0x7f800000);
-    x.load([&](float* v, int k) {
-        int s = x.start(k);
-        for (int j = 0; j < N; j++)
-            if (s + j < cols) m = fmaxf(m, v[j]);
-    });
-    m = mc_block_max(m, red);
-    float sum = 0.f;
-    x.each([&](float* v, int k) {
-        int s = x.start(k);
-        for (int j = 0; j < N; j++) {
-            v[j] = s + j < cols ? expf(v[j] - m) : 0.f; // cached pieces keep the exponentials
-            sum += v[j];
-        }
-    });
-    float inv = 1.f / mc_block_sum(sum, red);
-    T* y = (T*)y_ + r * ys;
-    bool yvec = mc_aligned(y, cols, N);
-    x.each([&](float* v, int k) {
-        float o[N];
-        for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
-        mc_store<D>(y, cols, yvec, x.start(k), o);
-    });
+    auto row = [&](mc_i64 r) {
+        x.init(xb + r * xs, cols);
+        float m = -__int_as_float(0x7f800000);
+        x.load([&](float* v, int k) {
+            int s = x.start(k);
+            for (int j = 0; j < N; j++)
+                if (s + j < cols) m = fmaxf(m, v[j]);
+        });
+        if constexpr (ahead)
+            if (r + MC_NBLOCKS < rows) x.fetch_ahead(xb + (r + MC_NBLOCKS) * xs);
+        m = mc_block_max(m, red);
+        float sum = 0.f;
+        x.each([&](float* v, int k) {
+            int s = x.start(k);
+            for (int j = 0; j < N; j++) {
+                v[j] = s + j < cols ? expf(v[j] - m) : 0.f;  // cached pieces keep the exponentials
+                sum += v[j];
+            }
+        });
+        float inv = 1.f / mc_block_sum(sum, red);
+        T* y = (T*)y_ + r * ys;
+        bool yvec = mc_aligned(y, cols, N);
+        x.each([&](float* v, int k) {
+            float o[N];
+            for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
+            mc_store<D>(y, cols, yvec, x.start(k), o);
+        });
+    };
+    if constexpr (!ahead) row(MC_BLOCK);  // straight-line code for a block per row
+    else
+        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) row(r);
 }
-MC_INSTANTIATE(softmax_fwd, (const void* x, mc_i64 xs, void* y, mc_i64 ys, int cols), (x, xs, y, ys, cols))
+#define MC_SOFTMAX_FWD_PARAMS (const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, int cols)
+#define MC_SOFTMAX_FWD_ARGS (x, xs, y, ys, rows, cols)
+template <class D> __device__ void softmax_fwd MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, false> MC_SOFTMAX_FWD_ARGS; }
+template <class D> __device__ void softmax_fwd_ahead MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, true> MC_SOFTMAX_FWD_ARGS; }
+MC_INSTANTIATE(softmax_fwd, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE(softmax_fwd_ahead, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
 
 // dx = y * (dy - sum(dy * y))
 template <class D>

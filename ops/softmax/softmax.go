@@ -22,7 +22,7 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 		return err
 	}
 	if xv.DeviceType == core.DeviceCUDA {
-		return rowKernel("softmax_fwd", enc, xv, yv)
+		return rowKernel("softmax_fwd", enc, true, xv, yv)
 	}
 	cols := xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
@@ -52,7 +52,7 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 		return err
 	}
 	if yv.DeviceType == core.DeviceCUDA {
-		return rowKernel("softmax_bwd", enc, dyv, yv, dxv)
+		return rowKernel("softmax_bwd", enc, false, dyv, yv, dxv)
 	}
 	cols := yv.Cols
 	cpu.Parallel(yv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
