@@ -163,22 +163,15 @@ func SMs(dev int) (int, error) {
 
 // Resident is how many blocks of kernel name, `threads` threads each
 // (without dynamic shared memory), one multiprocessor of dev holds at once.
-// It loads the kernels if they are not loaded yet.
-func Resident(dev int, name string, threads int) (int, error) {
-	d, err := getDevice(dev)
+// Like Launch, it loads the kernels first unless stream is being captured.
+func Resident(dev int, stream unsafe.Pointer, name string, threads int) (int, error) {
+	d, f, err := kernel(dev, stream, name)
 	if err != nil {
-		return 0, err
-	}
-	if err := Prepare(dev); err != nil {
 		return 0, err
 	}
 	key := residentKey{name, threads}
 	if n, ok := d.resident.Load(key); ok {
 		return n.(int), nil
-	}
-	f, ok := d.funcs[name]
-	if !ok {
-		return 0, fmt.Errorf("no kernel %s", name)
 	}
 	leave, err := d.ctx.enter(dev)
 	if err != nil {
@@ -193,9 +186,9 @@ func Resident(dev int, name string, threads int) (int, error) {
 }
 
 // Wave is how many blocks of kernel name, `threads` threads each, the
-// whole of dev holds at once.
-func Wave(dev int, name string, threads int) (int, error) {
-	n, err := Resident(dev, name, threads)
+// whole of dev holds at once (stream as for Resident).
+func Wave(dev int, stream unsafe.Pointer, name string, threads int) (int, error) {
+	n, err := Resident(dev, stream, name, threads)
 	if err != nil {
 		return 0, err
 	}
@@ -235,23 +228,33 @@ func LaunchShared(dev int, stream unsafe.Pointer, name string, grid, block, shar
 // launchParams launches with nparams parameters read from args (each an
 // 8-byte slot, or one struct spanning all of args).
 func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shared int, args []uint64, nparams int) error {
-	d, err := getDevice(dev)
+	d, f, err := kernel(dev, stream, name)
 	if err != nil {
 		return err
-	}
-	if !d.ready.Load() {
-		if err := prepareOutsideCapture(d, dev, stream); err != nil {
-			return err
-		}
-	}
-	f, ok := d.funcs[name]
-	if !ok {
-		return fmt.Errorf("no kernel %s", strings.Clone(name)) // a copy: name itself stays on the caller's stack
 	}
 	if grid == 0 {
 		return nil
 	}
 	return d.ctx.launch(dev, f, grid, min(block, f.maxThreads), shared, stream, args, nparams)
+}
+
+// kernel is dev and its kernel name, the kernels loaded first unless stream
+// is being captured.
+func kernel(dev int, stream unsafe.Pointer, name string) (*device, function, error) {
+	d, err := getDevice(dev)
+	if err != nil {
+		return nil, function{}, err
+	}
+	if !d.ready.Load() {
+		if err := prepareOutsideCapture(d, dev, stream); err != nil {
+			return nil, function{}, err
+		}
+	}
+	f, ok := d.funcs[name]
+	if !ok {
+		return nil, function{}, fmt.Errorf("no kernel %s", strings.Clone(name)) // a copy: name itself stays on the caller's stack
+	}
+	return d, f, nil
 }
 
 // prepareOutsideCapture loads the kernels, unless stream is being captured

@@ -17,8 +17,8 @@ func Available() error                                                   { retur
 func Devices() (int, error)                                              { return 0, errNoCUDA }
 func Prepare(int) error                                                  { return errNoCUDA }
 func SMs(int) (int, error)                                               { return 0, errNoCUDA }
-func Resident(int, string, int) (int, error)                             { return 0, errNoCUDA }
-func Wave(int, string, int) (int, error)                                 { return 0, errNoCUDA }
+func Resident(int, unsafe.Pointer, string, int) (int, error)             { return 0, errNoCUDA }
+func Wave(int, unsafe.Pointer, string, int) (int, error)                 { return 0, errNoCUDA }
 func CheckPointer(unsafe.Pointer, int) error                             { return errNoCUDA }
 func Launch(int, unsafe.Pointer, string, int, int, ...uint64) error      { return errNoCUDA }
 func LaunchStruct(int, unsafe.Pointer, string, int, int, []uint64) error { return errNoCUDA }

@@ -157,29 +157,57 @@ template <class D> MC_DEVICE void mc_store(typename D::T* q, int cols, bool vec,
 
 #define MC_CACHE 4
 
+// Ahead<D, C> holds the first C pieces of a row fetched before they are
+// needed (raw, 4 registers a piece), so that their loads overlap other work.
+template <class D, int C> struct Ahead {
+    enum { N = Vec<D>::N };
+    uint4 raw[C];
+    bool have = false;
+    // fetch starts loading the pieces of row, cols wide (when aligned)
+    MC_METHOD void fetch(const typename D::T* row, int cols) {
+        have = mc_aligned(row, cols, N);
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (int s = mc_piece_start(k, N); have && s < cols) raw[k] = *(const uint4*)(row + s);
+    }
+    // get is piece k of the row at src (read as mc_fetch reads it): the one
+    // fetched ahead, else loaded now
+    MC_METHOD void get(int k, const typename D::T* src, int cols, bool vec, float* out) const {
+        int s = mc_piece_start(k, N);
+        if (have && s < cols) Vec<D>::unpack(raw[k], out);
+        else mc_fetch<D>(src, cols, vec, s, out);
+    }
+};
+
+// mc_for_rows calls row(r) for this block's rows: its own (a block per row,
+// as straight-line code: a loop that runs once measured slower), or with
+// `ahead` every MC_NBLOCKS-th row from MC_BLOCK (a wave of blocks).
+template <bool ahead, class F> MC_DEVICE void mc_for_rows(int rows, F row) {
+    if constexpr (!ahead) row((mc_i64)MC_BLOCK);
+    else
+        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) row(r);
+}
+
 // Row<D, C> keeps the first C pieces of a row in registers, so later passes
 // read no memory; wider rows re-read the rest (from source, which a kernel
 // may point elsewhere, e.g. at what it wrote in the first pass).
 //
 // A kernel taking several rows a block may fetch the cached pieces of its
-// next row ahead (raw, 4 registers a piece), before it reduces this one.
+// next row ahead, before it reduces this one.
 template <class D, int C> struct Row {
     enum { N = Vec<D>::N };
     float v[C][N];
-    uint4 next[C];
+    Ahead<D, C> next;
     const typename D::T* src;
     int cols;
-    bool vec, have_next = false;
+    bool vec;
     MC_METHOD void init(const typename D::T* row, int c) { src = row; cols = c; vec = mc_aligned(row, c, N); }
     MC_METHOD int pieces() const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
     MC_METHOD int start(int k) const { return mc_piece_start(k, N); }
-    // fetch_ahead: start loading row's cached pieces for the next init
-    MC_METHOD void fetch_ahead(const typename D::T* row) {
-        have_next = mc_aligned(row, cols, N);
-        int n = pieces();
-#pragma unroll
-        for (int k = 0; k < C; k++)
-            if (have_next && k < n && start(k) < cols) next[k] = *(const uint4*)(row + start(k));
+    // fetch_next: start loading the block's next row (r + MC_NBLOCKS of the
+    // rows at base, stride apart), if there is one, for the next init
+    MC_METHOD void fetch_next(const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
+        if (r + MC_NBLOCKS < rows) next.fetch(base + (r + MC_NBLOCKS) * stride, cols);
     }
     // load: fetch every piece (caching the first C; those fetched ahead come
     // from registers) and call f(values, k)
@@ -188,11 +216,10 @@ template <class D, int C> struct Row {
 #pragma unroll
         for (int k = 0; k < C; k++)
             if (k < n) {
-                if (have_next && start(k) < cols) Vec<D>::unpack(next[k], v[k]);
-                else mc_fetch<D>(src, cols, vec, start(k), v[k]);
+                next.get(k, src, cols, vec, v[k]);
                 f(v[k], k);
             }
-        have_next = false;
+        next.have = false;
         for (int k = C; k < n; k++) {
             float t[N];
             mc_fetch<D>(src, cols, vec, start(k), t);

@@ -33,13 +33,14 @@ func RowThreads(cols int, dt core.DType, pieces int) int {
 // NAME_ahead, with as many blocks as dev holds at once, each taking every
 // grid-th row and fetching its next row while it works on one (measured on
 // an H100: RMSNorm 4096x8192 bfloat16 83% -> 94% of copy bandwidth; float32
-// rows ran up to 5% slower so); otherwise NAME with a block per row.
-func RowsAhead(dev int, name string, dt core.DType, rows, threads int) (string, int, error) {
+// rows ran up to 5% slower so); otherwise NAME with a block per row. stream
+// is the one the kernel will run on (see Resident).
+func RowsAhead(dev int, stream unsafe.Pointer, name string, dt core.DType, rows, threads int) (string, int, error) {
 	if dt == core.F32 {
 		return Kernel(name, dt), rows, nil
 	}
 	name = Kernel(name+"_ahead", dt)
-	wave, err := Wave(dev, name, threads)
+	wave, err := Wave(dev, stream, name, threads)
 	return name, min(rows, wave), err
 }
 

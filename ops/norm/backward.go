@@ -23,7 +23,8 @@ const maxPartials = 32
 // an H100: twice the blocks was up to 30% slower for 4096x8192 bfloat16).
 // The split depends on the shape and the device alone, so dweight's
 // summation order does too.
-func partialBlocks(x *core.View, perRow int) (int, error) {
+// stream is the one the kernel will run on (nil for a size query).
+func partialBlocks(x *core.View, perRow int, stream unsafe.Pointer) (int, error) {
 	if x.DeviceType != core.DeviceCUDA {
 		return min(x.Rows, maxPartials), nil
 	}
@@ -37,7 +38,7 @@ func partialBlocks(x *core.View, perRow int) (int, error) {
 	if !ahead {
 		return min(x.Rows, max(2*sms, min(8*sms, wide))), nil
 	}
-	wave, err := cuda.Wave(dev, name, threads)
+	wave, err := cuda.Wave(dev, stream, name, threads)
 	return min(x.Rows, wave, 8*sms, max(sms, wide)), cuda.Backend(err)
 }
 
@@ -49,14 +50,14 @@ func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
 	if err := c.Done(nil); err != nil {
 		return 0, err
 	}
-	return partialBytes(xv, perRow)
+	blocks, err := partialBlocks(xv, perRow, nil)
+	return partialBytes(xv, perRow, blocks), err
 }
 
-// partialBytes is the size of x's per-block partials, perRow rows of x's
-// width per block, in float32.
-func partialBytes(x *core.View, perRow int) (int64, error) {
-	blocks, err := partialBlocks(x, perRow)
-	return int64(blocks) * int64(perRow) * int64(x.Cols) * 4, err
+// partialBytes is the size of `blocks` per-block partials, perRow rows of
+// x's width per block, in float32.
+func partialBytes(x *core.View, perRow, blocks int) int64 {
+	return int64(blocks) * int64(perRow) * int64(x.Cols) * 4
 }
 
 // RMSNormBwdWorkspace is the workspace RMSNormBwd needs for dweight.
@@ -70,6 +71,7 @@ func LayerNormBwdWorkspace(x *core.Tensor) (int64, error) { return workspaceByte
 type bwdCall struct {
 	core.Call
 	dy, x, w, dx *core.View
+	partials     int // row blocks, when gradients of w are requested
 }
 
 func newBwdCall(dy, x, weight, dx *core.Tensor) *bwdCall {
@@ -91,8 +93,9 @@ func (b *bwdCall) stats(name string, t *core.Tensor) *core.View {
 }
 
 // grads registers the optional per-column gradients and the workspace they
-// need; dweight requires weight.
-func (b *bwdCall) grads(ws *core.Tensor, perRow int, names []string, ts ...*core.Tensor) ([]*core.View, *core.View) {
+// need (for the partials of a kernel on enc's stream); dweight requires
+// weight.
+func (b *bwdCall) grads(ws *core.Tensor, enc unsafe.Pointer, perRow int, names []string, ts ...*core.Tensor) ([]*core.View, *core.View) {
 	gs := make([]*core.View, len(ts))
 	want := false
 	for i, t := range ts {
@@ -106,7 +109,8 @@ func (b *bwdCall) grads(ws *core.Tensor, perRow int, names []string, ts ...*core
 	var need int64
 	if want && b.x != nil {
 		var err error
-		need, err = partialBytes(b.x, perRow)
+		b.partials, err = partialBlocks(b.x, perRow, enc)
+		need = partialBytes(b.x, perRow, b.partials)
 		b.Fail(err)
 	}
 	return gs, b.Workspace("workspace", ws, need)
@@ -117,7 +121,7 @@ func (b *bwdCall) grads(ws *core.Tensor, perRow int, names []string, ts ...*core
 func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc unsafe.Pointer) error {
 	b := newBwdCall(dy, x, weight, dx)
 	rv := b.stats("rstd", rstd)
-	gs, wsv := b.grads(workspace, 1, []string{"dweight"}, dweight)
+	gs, wsv := b.grads(workspace, enc, 1, []string{"dweight"}, dweight)
 	if err := b.Done(enc); err != nil || b.x.N == 0 {
 		return err
 	}
@@ -146,7 +150,7 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	b := newBwdCall(dy, x, weight, dx)
 	mv := b.stats("mean", mean)
 	rv := b.stats("rstd", rstd)
-	gs, wsv := b.grads(workspace, 2, []string{"dweight", "dbias"}, dweight, dbias)
+	gs, wsv := b.grads(workspace, enc, 2, []string{"dweight", "dbias"}, dweight, dbias)
 	if err := b.Done(enc); err != nil || b.x.N == 0 {
 		return err
 	}

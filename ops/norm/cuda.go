@@ -19,7 +19,7 @@ func rmsnormFwdCUDA(x, w, y, rstd *core.View, eps float32, enc unsafe.Pointer) e
 		return err
 	}
 	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
-	name, blocks, err := cuda.RowsAhead(dev, "rmsnorm_fwd", x.DType, x.Rows, threads)
+	name, blocks, err := cuda.RowsAhead(dev, enc, "rmsnorm_fwd", x.DType, x.Rows, threads)
 	if err != nil {
 		return cuda.Backend(err)
 	}
@@ -81,9 +81,7 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 	name, threads, _ := bwdKernel(x, ncol)
 	blocks := x.Rows
 	if ws != nil {
-		if blocks, err = partialBlocks(x, ncol); err != nil {
-			return err
-		}
+		blocks = b.partials
 	}
 	args := []uint64{cuda.Ptr(b.dy.Base), cuda.I64(st[0]), cuda.Ptr(x.Base), cuda.I64(st[1]), cuda.View(b.w), cuda.View(mean),
 		cuda.View(rstd), cuda.Ptr(b.dx.Base), cuda.I64(st[2]), cuda.View(ws), cuda.I32(x.Rows), cuda.I32(x.Cols)}

@@ -30,7 +30,7 @@ func rowKernel(name string, enc unsafe.Pointer, ahead bool, vs ...*core.View) er
 	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
 	kernel, blocks := cuda.Kernel(name, x.DType), x.Rows
 	if ahead {
-		if kernel, blocks, err = cuda.RowsAhead(dev, name, x.DType, x.Rows, threads); err != nil {
+		if kernel, blocks, err = cuda.RowsAhead(dev, enc, name, x.DType, x.Rows, threads); err != nil {
 			return cuda.Backend(err)
 		}
 		args = append(args, cuda.I32(x.Rows))
