@@ -113,7 +113,13 @@ func (b *bwdCall) grads(ws *core.Tensor, enc unsafe.Pointer, perRow int, names [
 		need = partialBytes(b.x, perRow, b.partials)
 		b.Fail(err)
 	}
-	return gs, b.Workspace("workspace", ws, need)
+	// a workspace given without gradients to sum is checked, then unused
+	// (it may be smaller than the partials)
+	wsv := b.Workspace("workspace", ws, need)
+	if !want {
+		wsv = nil
+	}
+	return gs, wsv
 }
 
 // RMSNormBwd: dx = rstd * (g - x * rstd^2 * mean(g * x)) with g = dy * w;

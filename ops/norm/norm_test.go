@@ -1,6 +1,7 @@
 package norm
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -197,6 +198,42 @@ func TestLayerNormBwd(t *testing.T) {
 				tu.Close(t, c.String()+" dweight", dw.Values(), wantDW, 2*tu.Tol(c.DT))
 				tu.Close(t, c.String()+" dbias", db.Values(), wantDB, 2*tu.Tol(c.DT))
 			}
+		}
+	})
+}
+
+// TestUnusedWorkspace: a workspace given without dweight or dbias is
+// checked but neither written nor needed to be large: a one-element
+// workspace stays poisoned and dx is right.
+func TestUnusedWorkspace(t *testing.T) {
+	tu.Cases(t, [][]int64{{3, 17}, {64, 96}, {2, 9001}}, func(t *testing.T, c tu.Case) {
+		for _, layer := range []bool{false, true} {
+			w, wv := weights(c, t, true, 0.5)
+			dy, x, dyv, xv, mean, rstd := bwdInputs(t, c, layer, wv, nil)
+			dx := outFor(c, dy)
+			ws := tu.New(core.F32, []int64{1}) // poisoned
+			var err error
+			if layer {
+				err = LayerNormBwd(dy.Ptr(), x.Ptr(), w.Ptr(), mean.Ptr(), rstd.Ptr(), dx.Ptr(), nil, nil, ws.Ptr(), nil)
+			} else {
+				err = RMSNormBwd(dy.Ptr(), x.Ptr(), w.Ptr(), rstd.Ptr(), dx.Ptr(), nil, ws.Ptr(), nil)
+			}
+			require.NoError(t, err, c)
+			require.True(t, math.IsNaN(ws.Values()[0]), "%v layer=%v: the workspace was written", c, layer)
+			var want, ms []float64
+			if layer {
+				ms = mean.Values()
+			}
+			rs := rstd.Values()
+			dyRows := tu.Rows(dyv, c.Cols())
+			for r, row := range tu.Rows(xv, c.Cols()) {
+				if layer {
+					want = append(want, RefLayerNormBwd(dyRows[r], row, wv, ms[r], rs[r], nil, nil)...)
+				} else {
+					want = append(want, RefRMSNormBwd(dyRows[r], row, wv, rs[r], nil)...)
+				}
+			}
+			tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), gradScale(dyv, rs))
 		}
 	})
 }
