@@ -10,7 +10,7 @@ MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int 
     MC_SHARED float red[33];
     const T* xb = (const T*)x_;
     Row<D, MC_CACHE> x;
-    auto row = [&](mc_i64 r) {
+    mc_for_rows<ahead>(rows, [&](mc_i64 r) {
         x.init(xb + r * xs, cols);
         float m = -__int_as_float(0x7f800000);
         x.load([&](float* v, int k) {
@@ -18,8 +18,7 @@ MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int 
             for (int j = 0; j < N; j++)
                 if (s + j < cols) m = fmaxf(m, v[j]);
         });
-        if constexpr (ahead)
-            if (r + MC_NBLOCKS < rows) x.fetch_ahead(xb + (r + MC_NBLOCKS) * xs);
+        if constexpr (ahead) x.fetch_next(xb, xs, r, rows);
         m = mc_block_max(m, red);
         float sum = 0.f;
         x.each([&](float* v, int k) {
@@ -37,10 +36,7 @@ MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int 
             for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
             mc_store<D>(y, cols, yvec, x.start(k), o);
         });
-    };
-    if constexpr (!ahead) row(MC_BLOCK);  // straight-line code for a block per row
-    else
-        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) row(r);
+    });
 }
 #define MC_SOFTMAX_FWD_PARAMS (const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, int cols)
 #define MC_SOFTMAX_FWD_ARGS (x, xs, y, ys, rows, cols)
