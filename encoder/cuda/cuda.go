@@ -137,12 +137,14 @@ func Prepare(dev int) error {
 	return nil
 }
 
-// kernelNames lists NAME_f32/_f16/_bf16 for every MC_INSTANTIATE(NAME, ...)
-// of src, and NAME for every line-starting MC_KERNEL void NAME(...) (a
-// kernel of one type).
+// kernelNames lists NAME_f32/_f16/_bf16 for every line-starting
+// MC_INSTANTIATE(NAME, ...) or MC_INSTANTIATE_BOUNDS(NAME, ...) of src, and
+// NAME for every line-starting MC_KERNEL void NAME(...) (a kernel of one
+// type).
 func kernelNames(src string) []string {
 	var names []string
-	for _, part := range strings.Split(src, "\nMC_INSTANTIATE(")[1:] {
+	for _, part := range strings.Split(src, "\nMC_INSTANTIATE")[1:] {
+		part = strings.TrimPrefix(strings.TrimPrefix(part, "_BOUNDS"), "(")
 		name := part[:strings.IndexByte(part, ',')]
 		names = append(names, name+"_f32", name+"_f16", name+"_bf16")
 	}

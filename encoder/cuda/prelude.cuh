@@ -10,6 +10,7 @@
 #define MC_BLOCK ((long long)blockIdx.x)
 #define MC_NBLOCKS ((long long)gridDim.x)
 #define MC_BARRIER() __syncthreads()
+#define MC_WARP_BARRIER() __syncwarp()
 #define MC_SHARED __shared__
 // MC_SHARED_DYNAMIC(T, name): the block's dynamic shared memory as T name[]
 #define MC_SHARED_DYNAMIC(T, name) extern __shared__ T name[]
@@ -241,8 +242,10 @@ template <class D, int C> struct Row {
 };
 
 // One kernel per dtype: NAME_f32, NAME_f16, NAME_bf16, each calling
-// NAME<D>(args...).
-#define MC_INSTANTIATE(NAME, PARAMS, ARGS)                       \
-    MC_KERNEL void NAME##_f32 PARAMS { NAME<F32> ARGS; }          \
-    MC_KERNEL void NAME##_f16 PARAMS { NAME<F16> ARGS; }          \
-    MC_KERNEL void NAME##_bf16 PARAMS { NAME<BF16> ARGS; }
+// NAME<D>(args...). BOUNDS: nothing, or __launch_bounds__(threads, blocks)
+// where a kernel must keep to a register budget.
+#define MC_INSTANTIATE_BOUNDS(NAME, BOUNDS, PARAMS, ARGS)         \
+    MC_KERNEL void BOUNDS NAME##_f32 PARAMS { NAME<F32> ARGS; }   \
+    MC_KERNEL void BOUNDS NAME##_f16 PARAMS { NAME<F16> ARGS; }   \
+    MC_KERNEL void BOUNDS NAME##_bf16 PARAMS { NAME<BF16> ARGS; }
+#define MC_INSTANTIATE(NAME, PARAMS, ARGS) MC_INSTANTIATE_BOUNDS(NAME, , PARAMS, ARGS)

@@ -14,8 +14,8 @@ var kernels string
 func init() { cuda.Register(kernels) }
 
 const (
-	// smallMax bounds the matrices qr_small factors in shared memory
-	// (rows, columns and q's columns).
+	// smallMax bounds the matrices qr_cols factors a block each (rows,
+	// columns and q's columns: a thread a column).
 	smallMax = 128
 	// panelWidth is qr.cu's QR_NB: the columns of one blocked step.
 	panelWidth = 32
@@ -73,7 +73,7 @@ func (s shapes) qOut(withQ bool) int {
 	return 0
 }
 
-// small reports whether qr_small takes these matrices.
+// small reports whether qr_cols takes these matrices.
 func (s shapes) small(withQ bool) bool { return max(s.m, s.n, s.qOut(withQ)) <= smallMax }
 
 // cudaWorkspaceBytes is what a CUDA call on dev needs: nothing for small
@@ -96,10 +96,17 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 	}
 	m, n := cuda.I32(s.m), cuda.I32(s.n)
 	if s.small(withQ) {
-		width := max(s.n, qc)
-		shared := ((s.m|1)*width + s.k) * 4
-		threads := 32 * max(1, (width+15)/16) // qr.cu's QR_SLOTS columns a warp
-		return cuda.Backend(cuda.LaunchShared(dev, enc, cuda.Kernel("qr_small", dt), s.batch, threads, shared,
+		// qr_cols keeps 32, 64 or 128 rows of a column in registers
+		rows, name := 32, "qr_cols32"
+		if s.m > 64 {
+			rows, name = 128, "qr_cols128"
+		} else if s.m > 32 {
+			rows, name = 64, "qr_cols64"
+		}
+		shared := (rows + 2) * s.k * 4 // the reflectors, their taus and r's diagonal
+		threads := max(32, (max(s.n, qc)+31)/32*32)
+		name = cuda.Kernel(name, dt)
+		return cuda.Backend(cuda.LaunchShared(dev, enc, name, s.batch, threads, shared,
 			cuda.Ptr(av.Base), cuda.View(qv), cuda.Ptr(rv.Base), m, n, cuda.I32(qc), cuda.I32(s.rRows)))
 	}
 	sms, err := cuda.SMs(dev)

@@ -1,7 +1,8 @@
 // Householder QR on the GPU. Working matrices are float32, column-major.
 //
-// Small matrices (max(m, n, q's columns) <= 128): qr_small, one block per
-// matrix held in shared memory, LAPACK's geqr2 then org2r in place.
+// Small matrices (max(m, n, q's columns) <= 128): qr_cols, one block per
+// matrix, a thread per column holding it in registers, LAPACK's geqr2 then
+// org2r.
 //
 // Larger ones: blocked Householder (compact WY) in the caller's workspace:
 // qr_load copies a in; per panel of QR_NB columns, qr_panel factors the
@@ -34,8 +35,6 @@ struct Reflector {
     MC_METHOD float scaled(float x) const { return (float)(x * scale); }
 };
 
-// ---- small matrices --------------------------------------------------------
-
 // Sums p[0..2S) over the warp (S = 16, 8, ...): lane l ends with the sum
 // of every lane's p[l mod 2S] in p[0] (2S-1 shuffles for 2S sums, then one
 // per remaining lane bit). Recursion by template keeps every index constant,
@@ -55,135 +54,136 @@ template <int S, class V> MC_DEVICE void qr_warp_sums(V* p, int lane) {
     for (int s = 2 * S; s < 32; s <<= 1) p[0] += __shfl_xor_sync(0xffffffffu, p[0], s);
 }
 
-// qr_small: column c of the matrix lives in the registers of warp c % nw
-// (slot c / nw), lane l holding rows l, l+32, l+64, l+96. Reflector j: its
-// owner warp builds it and leaves the final column j (r above, the
-// reflector below) in shared memory; every warp applies it to its columns
-// past j, the lanes' partial dot products of all its columns summed at once.
-// q is formed the same way (org2r), from the reflectors in shared memory.
-#define QR_SLOTS 16
+// ---- small matrices --------------------------------------------------------
 
-// x -= t (v . x) v for every slot whose column c is in [from, to); the dot
-// products of all slots are summed over the lanes together.
-MC_DEVICE void qr_reflect(float (&x)[QR_SLOTS][4], const float (&v)[4], int from, int to, float t, int warp, int nw,
-                          int lane) {
-    float p[QR_SLOTS];
+// qr_cols: thread c holds column c of the matrix (R rows, R = 32, 64 or
+// 128 >= m) in registers, so a reflector's dot product with a column and
+// the column's update need no communication: the only shared state is the
+// reflectors, written by their owner thread to shared memory (zero above
+// the diagonal, 1 on it) and read by every thread as broadcasts. Rows above
+// the reflector are skipped four at a time (the test is the same in every
+// thread). Global reads and writes go a row at a time: consecutive threads,
+// consecutive columns.
+template <int R>
+MC_DEVICE void qr_col_reflect(float (&x)[R], const float4* v, int j, int m, float t) {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++) {
-        p[s] = 0.f;
+    for (int p = 0; p < R / 4; p++)
+        if (4 * p + 3 >= j && 4 * p < m) {
+            float4 w = v[p];
+            d[0] += w.x * x[4 * p], d[1] += w.y * x[4 * p + 1], d[2] += w.z * x[4 * p + 2], d[3] += w.w * x[4 * p + 3];
+        }
+    float s = t * ((d[0] + d[1]) + (d[2] + d[3]));
 #pragma unroll
-        for (int r = 0; r < 4; r++) p[s] += v[r] * x[s][r];
-    }
-    qr_warp_sums<QR_SLOTS / 2>(p, lane);
-#pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++) {
-        int c = warp + s * nw;
-        float d = __shfl_sync(0xffffffffu, p[0], s) * t;
-        if (c >= from && c < to)
-#pragma unroll
-            for (int r = 0; r < 4; r++) x[s][r] -= d * v[r];
-    }
+    for (int p = 0; p < R / 4; p++)
+        if (4 * p + 3 >= j && 4 * p < m) {
+            float4 w = v[p];
+            x[4 * p] -= s * w.x, x[4 * p + 1] -= s * w.y, x[4 * p + 2] -= s * w.z, x[4 * p + 3] -= s * w.w;
+        }
 }
 
-// Reflector j's entries for this lane's rows, from column j in shared memory.
-MC_DEVICE void qr_load_v(float (&v)[4], const float* S, int ld, int m, int j, int lane) {
+// x = H_j H_j+1 x in one pass over x (reflectors j and j+1 from v): with
+// d0, d1 the reflectors' dot products with x and g = v_j . v_j+1,
+// x -= a1 v_j+1 + a0 v_j, a1 = t1 d1, a0 = t0 (d0 - g a1).
+template <int R>
+MC_DEVICE void qr_col_reflect2(float (&x)[R], const float4* v, int j, int m, float t0, float t1) {
+    float d0 = 0.f, d1 = 0.f, g = 0.f;
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        int i = lane + 32 * r;
-        v[r] = i < j || i >= m ? 0.f : i == j ? 1.f : S[j * ld + i];
-    }
+    for (int p = 0; p < R / 4; p++)
+        if (4 * p + 3 >= j && 4 * p < m) {
+            float4 u = v[p], w = v[p + R / 4];
+            d0 += (u.x * x[4 * p] + u.y * x[4 * p + 1]) + (u.z * x[4 * p + 2] + u.w * x[4 * p + 3]);
+            d1 += (w.x * x[4 * p] + w.y * x[4 * p + 1]) + (w.z * x[4 * p + 2] + w.w * x[4 * p + 3]);
+            g += (u.x * w.x + u.y * w.y) + (u.z * w.z + u.w * w.w);
+        }
+    float a1 = t1 * d1, a0 = t0 * (d0 - g * a1);
+#pragma unroll
+    for (int p = 0; p < R / 4; p++)
+        if (4 * p + 3 >= j && 4 * p < m) {
+            float4 u = v[p], w = v[p + R / 4];
+            x[4 * p] -= a0 * u.x + a1 * w.x, x[4 * p + 1] -= a0 * u.y + a1 * w.y;
+            x[4 * p + 2] -= a0 * u.z + a1 * w.z, x[4 * p + 3] -= a0 * u.w + a1 * w.w;
+        }
 }
 
-template <class D>
-__device__ void qr_small(const void* a_, void* q_, void* r_, int m, int n, int qc, int rr) {
+template <class D, int R>
+MC_DEVICE void qr_cols(const void* a_, void* q_, void* r_, int m, int n, int qc, int rr) {
     typedef typename D::T T;
-    MC_SHARED_DYNAMIC(float, S);  // column-major, odd leading dimension: no bank conflicts
-    int ld = m | 1, k = min(m, n), width = max(n, q_ ? qc : 0);
-    float* tau = S + ld * width;
-    int tid = MC_TID, nw = MC_NTHREADS >> 5, warp = tid >> 5, lane = tid & 31;
+    MC_SHARED_DYNAMIC(float4, V);  // reflector j: R floats from V + j * R / 4
+    int k = min(m, n), c = MC_TID, warp = c >> 5, lane = c & 31;
+    float *tau = (float*)(V + k * (R / 4)), *diag = tau + k;  // diag: r's diagonal
     mc_i64 b = MC_BLOCK;
     const T* a = (const T*)a_ + b * m * n;
-    for (int e = tid; e < m * n; e += MC_NTHREADS) S[(e % n) * ld + e / n] = D::load(a + e);
-    MC_BARRIER();
-    float x[QR_SLOTS][4], v[4];
+    float x[R];
 #pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++)
+    for (int i = 0; i < R; i++) x[i] = c < n && i < m ? D::load(a + i * n + c) : 0.f;
+    for (int j = 0; j < k; j++) {
+        float4* vj = V + j * (R / 4);
+        if (warp == j >> 5) {
+            // The owner leaves its column in reflector j's place; its warp
+            // builds the reflector there, a lane taking rows lane + 32 e.
+            if (c == j)
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            int c = warp + s * nw, i = lane + 32 * r;
-            x[s][r] = c < n && i < m ? S[c * ld + i] : 0.f;
-        }
-    MC_BARRIER();
-    // Reflector j = s nw + w belongs to warp w's slot s: the slot loop is
-    // unrolled so that the owner reads its column from a fixed register.
+                for (int p = 0; p < R / 4; p++)
+                    if (4 * p + 3 >= j) vj[p] = make_float4(x[4 * p], x[4 * p + 1], x[4 * p + 2], x[4 * p + 3]);
+            MC_WARP_BARRIER();
+            float* col = (float*)vj;
+            float e[R / 32], alpha = 0.f;
+            double ss = 0;
 #pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++)
-        for (int w = 0; w < nw && s * nw + w < k; w++) {
-            int j = s * nw + w;
-            if (warp == w) {
-                double ss = 0;
-                float alpha = 0.f;
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int i = lane + 32 * r;
-                    if (i > j) ss += (double)x[s][r] * x[s][r];
-                    if (i == j) alpha = x[s][r];
-                }
-                Reflector h(mc_warp_sum(alpha), mc_warp_sum(ss));
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int i = lane + 32 * r;
-                    if (i < m) S[j * ld + i] = i < j ? x[s][r] : i == j ? h.beta : h.scaled(x[s][r]);
-                }
-                if (lane == 0) tau[j] = h.tau;
+            for (int r = 0; r < R / 32; r++) {
+                int i = lane + 32 * r;
+                e[r] = col[i];
+                if (i == j) alpha = e[r];
+                if (i > j) ss += (double)e[r] * e[r];
             }
-            MC_BARRIER();  // one per reflector: column j and tau[j] are not written again
-            float t = tau[j];
-            if (t == 0.f) continue;
-            qr_load_v(v, S, ld, m, j, lane);
-            qr_reflect(x, v, j + 1, n, t, warp, nw, lane);
+            Reflector h(mc_warp_sum(alpha), mc_warp_sum(ss));
+#pragma unroll
+            for (int r = 0; r < R / 32; r++) {
+                int i = lane + 32 * r;
+                col[i] = i < j ? 0.f : i == j ? 1.f : h.scaled(e[r]);  // zero above the diagonal
+            }
+            if (lane == 0) tau[j] = h.tau, diag[j] = h.beta;
         }
-#pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++) {  // columns past k hold the rest of r
-        int c = warp + s * nw;
-        if (c >= k && c < n)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                if (lane + 32 * r < m) S[c * ld + lane + 32 * r] = x[s][r];
+        MC_BARRIER();  // one per reflector: it is not written again
+        float t = tau[j];
+        if (t != 0.f && c > j && c < n) qr_col_reflect(x, vj, j, m, t);
     }
-    MC_BARRIER();
     T* rout = (T*)r_ + b * rr * n;
-    for (int e = tid; e < rr * n; e += MC_NTHREADS) {
-        int i = e / n, j = e % n;
-        D::store(rout + e, i <= j && i < k ? S[j * ld + i] : 0.f);
-    }
+    if (c < n)
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < rr) D::store(rout + i * n + c, i > c || i >= k ? 0.f : i == c ? diag[c] : x[i]);
     if (!q_) return;
     // q = H_0 ... H_k-1 applied to the identity's first qc columns, last
     // reflector first; H_j changes only columns from j.
 #pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) x[s][r] = warp + s * nw == lane + 32 * r ? 1.f : 0.f;
-    for (int j = k - 1; j >= 0; j--) {
-        float t = tau[j];
-        if (t == 0.f) continue;
-        qr_load_v(v, S, ld, m, j, lane);
-        qr_reflect(x, v, j, qc, t, warp, nw, lane);
-    }
-    MC_BARRIER();  // every warp is done with the reflectors
-#pragma unroll
-    for (int s = 0; s < QR_SLOTS; s++) {
-        int c = warp + s * nw;
-        if (c < qc)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                if (lane + 32 * r < m) S[c * ld + lane + 32 * r] = x[s][r];
-    }
-    MC_BARRIER();
+    for (int i = 0; i < R; i++) x[i] = i == c ? 1.f : 0.f;
+    int j = k - 1;
+    for (; j >= 1; j -= 2)
+        if (c >= j - 1 && c < qc) qr_col_reflect2(x, V + (j - 1) * (R / 4), j - 1, m, tau[j - 1], tau[j]);
+    if (j == 0 && c < qc) qr_col_reflect(x, V, 0, m, tau[0]);
     T* q = (T*)q_ + b * m * qc;
-    for (int e = tid; e < m * qc; e += MC_NTHREADS) D::store(q + e, S[(e % qc) * ld + e / qc]);
+    if (c < qc)
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < m) D::store(q + i * qc + c, x[i]);
 }
-MC_INSTANTIATE(qr_small, (const void* a, void* q, void* r, int m, int n, int qc, int rr), (a, q, r, m, n, qc, rr))
+template <class D> __device__ void qr_cols32(const void* a, void* q, void* r, int m, int n, int qc, int rr) {
+    qr_cols<D, 32>(a, q, r, m, n, qc, rr);
+}
+template <class D> __device__ void qr_cols64(const void* a, void* q, void* r, int m, int n, int qc, int rr) {
+    qr_cols<D, 64>(a, q, r, m, n, qc, rr);
+}
+template <class D> __device__ void qr_cols128(const void* a, void* q, void* r, int m, int n, int qc, int rr) {
+    qr_cols<D, 128>(a, q, r, m, n, qc, rr);
+}
+MC_INSTANTIATE(qr_cols32, (const void* a, void* q, void* r, int m, int n, int qc, int rr), (a, q, r, m, n, qc, rr))
+MC_INSTANTIATE(qr_cols64, (const void* a, void* q, void* r, int m, int n, int qc, int rr), (a, q, r, m, n, qc, rr))
+// 128 rows: 3 blocks of 128 threads a multiprocessor need <= 170 registers
+// (the compiler's own choice, 170, rounds to 176 a thread: 2 blocks).
+MC_INSTANTIATE_BOUNDS(qr_cols128, __launch_bounds__(128, 3), (const void* a, void* q, void* r, int m, int n, int qc,
+                      int rr), (a, q, r, m, n, qc, rr))
 
 // ---- blocked, in the workspace ---------------------------------------------
 

@@ -125,10 +125,12 @@ func workspace(t *testing.T, a *tu.Tensor, mode int32) *core.Tensor {
 }
 
 // shapes of the factorization tests: batch, m, n. On CUDA, up to 128 take
-// the one-block kernel and larger ones the blocked path (several panels,
-// partial last panels, wide and tall).
-var factorShapes = [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {1, 33, 17}, {4, 16, 16}, {1, 64, 130},
-	{1, 129, 65}, {2, 128, 128}, {2, 150, 97}, {1, 70, 200}, {1, 257, 100}}
+// the one-block kernels (32, 64 or 128 rows in registers: both sides of
+// each bound, wide and tall) and larger ones the blocked path (several
+// panels, partial last panels, wide and tall).
+var factorShapes = [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {2, 32, 32}, {1, 33, 17}, {4, 16, 16},
+	{1, 64, 64}, {1, 40, 128}, {2, 100, 90}, {1, 96, 20}, {1, 64, 130}, {1, 129, 65}, {2, 128, 128}, {2, 150, 97},
+	{1, 70, 200}, {1, 257, 100}}
 
 func TestFactorizations(t *testing.T) {
 	tu.ForEachBackend(t, func(t *testing.T) { factorizations(t, tu.DTypes) })
