@@ -158,8 +158,10 @@ mc_status mc_adamw_step(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor
  * r [..., k, n]; COMPLETE: q [..., m, m], r [..., m, n]; R: q NULL,
  * r [..., k, n]. LAPACK's sign convention (r's diagonal may be negative);
  * r's lower triangle is written as exact zeros. a, q, r contiguous; a is not
- * modified. CPU only in this build; the CPU needs no workspace (size 0,
- * workspace may be NULL). */
+ * modified. The CPU needs no workspace (size 0, workspace may be NULL); on
+ * CUDA, matrices up to 128 wide (rows, columns and q's columns) need none
+ * either, larger ones mc_qr_workspace_size bytes of device memory on a's
+ * device. */
 enum { MC_QR_REDUCED = 0, MC_QR_COMPLETE = 1, MC_QR_R = 2 };
 mc_status mc_qr_workspace_size(const mc_tensor* a, int32_t mode, int64_t* bytes);
 mc_status mc_qr(const mc_tensor* a, int32_t mode, mc_tensor* q, mc_tensor* r,

@@ -4,6 +4,13 @@ package cuda
 
 /*
 #cgo LDFLAGS: -ldl
+// The per-call helpers keep no Go pointer and never call Go: their pointer
+// arguments need not escape to the heap (an allocation per launch and per
+// pointer check otherwise).
+#cgo noescape mc_launch_in
+#cgo nocallback mc_launch_in
+#cgo noescape mc_pointer_device
+#cgo nocallback mc_pointer_device
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>

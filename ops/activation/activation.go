@@ -128,9 +128,16 @@ func floatChunks(f func(dst, a, b []float32)) chunkFn {
 // elementwise runs f chunk by chunk over every element. Contiguous tensors
 // are cut into Chunk-long segments regardless of their shape, so a tensor
 // with short rows still vectorizes; otherwise the segments are rows.
-func elementwise(out, a, b *core.View, f chunkFn) {
-	if out.N == 0 {
+func elementwise(outView, aView, bView *core.View, f chunkFn) {
+	if outView.N == 0 {
 		return
+	}
+	// The workers get copies, so that the caller's views (in its core.Call)
+	// stay on its stack: a CUDA call then allocates nothing.
+	out, a, b := *outView, *aView, bView
+	if b != nil {
+		bc := *bView
+		b = &bc
 	}
 	segs, segLen := out.Rows, out.Cols
 	seg := func(v *core.View, i int) cpu.Span { return cpu.OptRowSpan(v, i) }
@@ -150,7 +157,7 @@ func elementwise(out, a, b *core.View, f chunkFn) {
 			if flat {
 				n = min(segLen, out.N-i*segLen)
 			}
-			o, sa, sb := seg(out, i), seg(a, i), seg(b, i)
+			o, sa, sb := seg(&out, i), seg(&a, i), seg(b, i)
 			for off := 0; off < n; off += cpu.Chunk {
 				f(o, sa, sb, off, min(cpu.Chunk, n-off), s)
 			}

@@ -20,7 +20,8 @@ func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View) error {
 		return err
 	}
 	out := vs[len(vs)-1]
-	var args []uint64
+	var slots [4]uint64 // the tensors and the count: no allocation
+	args := slots[:0]
 	for _, v := range vs {
 		args = append(args, cuda.Ptr(v.Base))
 	}

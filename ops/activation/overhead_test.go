@@ -19,7 +19,7 @@ func BenchmarkCallCUDA(b *testing.B) {
 		if err := SiluFwd(x.Ptr(), y.Ptr(), nil); err != nil {
 			b.Fatal(err)
 		}
-		b.ResetTimer()
+		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			_ = SiluFwd(x.Ptr(), y.Ptr(), nil)
 			tu.SyncEvery(b, i)
