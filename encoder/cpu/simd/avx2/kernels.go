@@ -644,9 +644,11 @@ func reflectRows(a []float32, ld, rows, cols int, v []float32, tau float32, w []
 // tails (below it); q, when not nil, receives Q (m x qCols, interleaved) for
 // qCols = min(m, n) or m. Every step is the scalar algorithm (LAPACK's geqr2
 // and org2r, its sign convention) on vectors, so there are no horizontal
-// operations. scratch holds min(m, n)*W floats (the taus). Norms are scaled
-// by the column's largest magnitude, so 1e-30 and 1e30 columns neither
-// underflow nor overflow in float32.
+// operations. scratch holds min(m, n)*W floats (the taus). Each reflector
+// is built from its column divided by the column's largest magnitude (tau
+// and the reflector do not depend on the scale; only beta is scaled back),
+// so columns of 1e-30, 1e30, or of denormal rounding residue (whose
+// reciprocal overflows float32) neither underflow nor overflow.
 func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 	k, rs := min(m, n), n*W // rs: one matrix row of a, interleaved
 	one, absMask := splat(1), splatI(0x7fffffff)
@@ -657,22 +659,25 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 			mx = mx.Max(asF(asI(load(a[i*rs+j*W:])).And(absMask)))
 		}
 		safe := one.Merge(mx, mx.Equal(zero())) // a zero column divides by 1
-		inv := one.Div(safe)
+		// x / safe as (x * pre) * inv: pre = 2^64 lifts a denormal maximum
+		// (its reciprocal would overflow) exactly into the normal range
+		pre := splat(0x1p64).Merge(one, mx.Less(splat(0x1p-64)))
+		inv := one.Div(safe.Mul(pre))
 		var ss vf
 		for i := j + 1; i < m; i++ {
-			x := load(a[i*rs+j*W:]).Mul(inv)
+			x := load(a[i*rs+j*W:]).Mul(pre).Mul(inv)
 			ss = x.MulAdd(x, ss)
 		}
-		an := alpha.Mul(inv)
-		norm := an.MulAdd(an, ss).Sqrt().Mul(safe)
+		an := alpha.Mul(pre).Mul(inv)
 		sign := asI(alpha).And(splatI(-0x80000000))
-		beta := asF(asI(norm).Or(sign)).Mul(splat(-1)) // -copysign(norm, alpha)
-		keep := ss.Equal(zero())                       // nothing below the diagonal: H = I
-		tau := zero().Merge(beta.Sub(alpha).Div(beta), keep)
-		scale := one.Merge(one.Div(alpha.Sub(beta)), keep)
-		store(alpha.Merge(beta, keep), a[j*rs+j*W:])
+		bn := asF(asI(an.MulAdd(an, ss).Sqrt()).Or(sign)).Mul(splat(-1)) // -copysign(norm, alpha), scaled
+		keep := ss.Equal(zero())                                         // nothing below the diagonal: H = I
+		tau := zero().Merge(bn.Sub(an).Div(bn), keep)
+		div := one.Div(an.Sub(bn)) // the tail x / (alpha - beta), as x * pre * inv * div
+		store(alpha.Merge(bn.Mul(safe), keep), a[j*rs+j*W:])
 		for i := j + 1; i < m; i++ {
-			store(load(a[i*rs+j*W:]).Mul(scale), a[i*rs+j*W:])
+			x := load(a[i*rs+j*W:])
+			store(x.Merge(x.Mul(pre).Mul(inv).Mul(div), keep), a[i*rs+j*W:])
 		}
 		store(tau, scratch[j*W:])
 		reflectLanes(a, rs, j+1, n, a, rs, j, m, tau)
