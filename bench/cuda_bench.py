@@ -2,8 +2,10 @@
 device-to-device copy of the same bytes (float32 elements), in one run.
 GB/s counts bytes read plus written; times are medians of CUDA-event timings.
 Run from the repository root on a GPU machine:
-python3 bench/cuda_bench.py [out.md [section ...]], sections rows, adamw, qr, host (default all)."""
+python3 bench/cuda_bench.py [out.md [section ...]], sections rows, adamw, qr, host (default all).
+BENCH_ROWS=text keeps only the rows section's lines whose "op dtype rowsxcols" contains text."""
 import ctypes
+import os
 import sys
 import time
 
@@ -158,6 +160,8 @@ def rows_section(emit):
             size = rows * cols * torch.tensor([], dtype=dtype).element_size()
             copy = {}
             for name, tensors, mc, ref in cases(dtype, rows, cols):
+                if os.environ.get("BENCH_ROWS", "") not in f"{name} {str(dtype)[6:]} {rows}x{cols}":
+                    continue
                 nbytes = tensors * size
                 if tensors not in copy:
                     copy[tensors] = copy_ms(nbytes // 2)

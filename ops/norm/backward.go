@@ -15,14 +15,14 @@ import (
 const maxPartials = 32
 
 // partialBlocks is the number of row blocks (and partial rows) for x, for
-// `perRow` partial rows a block (1: RMSNorm, 2: LayerNorm). On the GPU, for
-// the kernel fetching ahead: no more than the multiprocessors hold at once
-// (a second wave would leave them half idle at its end), at most eight per
-// multiprocessor; for the other: two to eight per multiprocessor, fewer for
-// wide rows so that the partials stay small against the tensor (measured on
-// an H100: twice the blocks was up to 30% slower for 4096x8192 bfloat16).
-// The split depends on the shape and the device alone, so dweight's
-// summation order does too.
+// `perRow` partial rows a block (1: RMSNorm, 2: LayerNorm). On the GPU: no
+// more than the multiprocessors hold at once (a second wave would leave them
+// half idle at its end, and doubles the partials), at most eight per
+// multiprocessor, fewer for wide rows so that the partials stay small
+// against the tensor (measured on an H100 for 4096x8192, whose 512-thread
+// blocks fit one a multiprocessor: one wave instead of two 1.04-1.13x
+// faster). The split depends on the shape and the device alone, so
+// dweight's summation order does too.
 // stream is the one the kernel will run on (nil for a size query).
 func partialBlocks(x *core.View, perRow int, stream unsafe.Pointer) (int, error) {
 	if x.DeviceType != core.DeviceCUDA {
@@ -34,10 +34,7 @@ func partialBlocks(x *core.View, perRow int, stream unsafe.Pointer) (int, error)
 		return 0, cuda.Backend(err)
 	}
 	wide := 16 * sms * 1024 / max(x.Cols, 1)
-	name, threads, ahead := bwdKernel(x, perRow)
-	if !ahead {
-		return min(x.Rows, max(2*sms, min(8*sms, wide))), nil
-	}
+	name, threads := bwdKernel(x, perRow)
 	wave, err := cuda.Wave(dev, stream, name, threads)
 	return min(x.Rows, wave, 8*sms, max(sms, wide)), cuda.Backend(err)
 }

@@ -47,22 +47,22 @@ func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe
 		cuda.I32(x.Cols), cuda.F32(eps)))
 }
 
-// bwdKernel is the backward kernel for x (ncol 1: RMSNorm, 2: LayerNorm),
-// its block size and whether it fetches the next row ahead. It caches 16
-// elements a thread (as many 16-byte pieces as an element has bytes); rows
-// of up to 256 threads take the variant fetching ahead (measured on an H100:
-// 1.3-1.6x faster there, up to 1.5x slower for 512-thread rows, whose
-// blocks it leaves one to a multiprocessor).
-func bwdKernel(x *core.View, ncol int) (name string, threads int, ahead bool) {
+// bwdKernel is the backward kernel for x (ncol 1: RMSNorm, 2: LayerNorm)
+// and its block size. It caches 16 elements a thread (as many 16-byte
+// pieces as an element has bytes); rows of up to 256 threads take the
+// variant fetching the next row ahead (measured on an H100: 1.3-1.6x faster
+// there, up to 1.5x slower for 512-thread rows: its registers leave those
+// blocks fewer threads than they need).
+func bwdKernel(x *core.View, ncol int) (name string, threads int) {
 	name = "rmsnorm_bwd"
 	if ncol == 2 {
 		name = "layernorm_bwd"
 	}
 	threads = cuda.RowThreads(x.Cols, x.DType, x.DType.Size())
-	if ahead = threads <= 256; ahead {
+	if threads <= 256 {
 		name += "_ahead"
 	}
-	return cuda.Kernel(name, x.DType), threads, ahead
+	return cuda.Kernel(name, x.DType), threads
 }
 
 // normBwdCUDA runs the backward kernel (rmsnorm_bwd or layernorm_bwd) and,
@@ -78,7 +78,7 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 	if mean != nil {
 		ncol = 2
 	}
-	name, threads, _ := bwdKernel(x, ncol)
+	name, threads := bwdKernel(x, ncol)
 	blocks := x.Rows
 	if ws != nil {
 		blocks = b.partials
