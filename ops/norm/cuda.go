@@ -42,8 +42,13 @@ func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe
 	if err != nil {
 		return err
 	}
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("layernorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4),
-		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w), cuda.View(b), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(mean), cuda.View(rstd),
+	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
+	name, blocks, err := cuda.RowsAhead(dev, enc, "layernorm_fwd", x.DType, x.Rows, threads)
+	if err != nil {
+		return cuda.Backend(err)
+	}
+	return cuda.Backend(cuda.Launch(dev, enc, name, blocks, threads, cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w),
+		cuda.View(b), cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(mean), cuda.View(rstd), cuda.I32(x.Rows),
 		cuda.I32(x.Cols), cuda.F32(eps)))
 }
 

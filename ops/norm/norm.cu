@@ -85,46 +85,58 @@ MC_INSTANTIATE(fused_add_rmsnorm_fwd,
                 mc_i64 ros, float* rstd, int cols, float eps),
                (x, xs, res, rs, w, y, ys, ro, ros, rstd, cols, eps))
 
-template <class D>
-__device__ void layernorm_fwd(const void* x_, mc_i64 xs, const void* w_, const void* b_, void* y_, mc_i64 ys,
-                              float* mean, float* rstd, int cols, float eps) {
+// Rows as rmsnorm_rows takes them; the variance is a second pass over the
+// cached row (x - mean), not E[x^2] - mean^2, which cancels.
+template <class D, bool ahead>
+MC_DEVICE void layernorm_rows(const void* x_, mc_i64 xs, const void* w_, const void* b_, void* y_, mc_i64 ys,
+                              float* mean, float* rstd, int rows, int cols, float eps) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     MC_SHARED float red[33];
-    mc_i64 r = MC_BLOCK;
-    Row<D, MC_CACHE> x;
-    x.init((const T*)x_ + r * xs, cols);
-    float sum = 0.f;
-    x.load([&](float* v, int) {
-        for (int j = 0; j < N; j++) sum += v[j];
-    });
-    float mu = mc_block_sum(sum, red) / cols, sq = 0.f;
-    x.each([&](float* v, int k) {
-        int s = x.start(k);
-        for (int j = 0; j < N; j++) sq += s + j < cols ? (v[j] - mu) * (v[j] - mu) : 0.f;
-    });
-    float inv = rsqrtf(mc_block_sum(sq, red) / cols + eps);
+    const T* xb = (const T*)x_;
     const T* w = (const T*)w_;
     const T* b = (const T*)b_;
-    T* y = (T*)y_ + r * ys;
-    bool wvec = w && mc_aligned(w, cols, N), bvec = b && mc_aligned(b, cols, N), yvec = mc_aligned(y, cols, N);
-    x.each([&](float* v, int k) {
-        int s = x.start(k);
-        float o[N], wv[N], bv[N];
-        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
-        if (b) mc_fetch<D>(b, cols, bvec, s, bv);
-        for (int j = 0; j < N; j++) o[j] = (v[j] - mu) * inv * (w ? wv[j] : 1.f) + (b ? bv[j] : 0.f);
-        mc_store<D>(y, cols, yvec, s, o);
+    bool wvec = w && mc_aligned(w, cols, N), bvec = b && mc_aligned(b, cols, N);
+    Row<D, MC_CACHE> x;
+    mc_for_rows<ahead>(rows, [&](mc_i64 r) {
+        x.init(xb + r * xs, cols);
+        float sum = 0.f;
+        x.load([&](float* v, int) {
+            for (int j = 0; j < N; j++) sum += v[j];
+        });
+        if constexpr (ahead) x.fetch_next(xb, xs, r, rows);
+        float mu = mc_block_sum(sum, red) / cols, sq = 0.f;
+        x.each([&](float* v, int k) {
+            int s = x.start(k);
+            for (int j = 0; j < N; j++) sq += s + j < cols ? (v[j] - mu) * (v[j] - mu) : 0.f;
+        });
+        float inv = rsqrtf(mc_block_sum(sq, red) / cols + eps);
+        T* y = (T*)y_ + r * ys;
+        bool yvec = mc_aligned(y, cols, N);
+        x.each([&](float* v, int k) {
+            int s = x.start(k);
+            float o[N], wv[N], bv[N];
+            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+            if (b) mc_fetch<D>(b, cols, bvec, s, bv);
+            for (int j = 0; j < N; j++) o[j] = (v[j] - mu) * inv * (w ? wv[j] : 1.f) + (b ? bv[j] : 0.f);
+            mc_store<D>(y, cols, yvec, s, o);
+        });
+        if (MC_TID == 0) {
+            if (mean) mean[r] = mu;
+            if (rstd) rstd[r] = inv;
+        }
     });
-    if (MC_TID == 0) {
-        if (mean) mean[r] = mu;
-        if (rstd) rstd[r] = inv;
-    }
 }
-MC_INSTANTIATE(layernorm_fwd,
-               (const void* x, mc_i64 xs, const void* w, const void* b, void* y, mc_i64 ys, float* mean, float* rstd,
-                int cols, float eps),
-               (x, xs, w, b, y, ys, mean, rstd, cols, eps))
+#define MC_LAYERNORM_FWD_PARAMS                                                                                     \
+    (const void* x, mc_i64 xs, const void* w, const void* b, void* y, mc_i64 ys, float* mean, float* rstd, int rows, \
+     int cols, float eps)
+#define MC_LAYERNORM_FWD_ARGS (x, xs, w, b, y, ys, mean, rstd, rows, cols, eps)
+template <class D> __device__ void layernorm_fwd MC_LAYERNORM_FWD_PARAMS { layernorm_rows<D, false> MC_LAYERNORM_FWD_ARGS; }
+template <class D> __device__ void layernorm_fwd_ahead MC_LAYERNORM_FWD_PARAMS {
+    layernorm_rows<D, true> MC_LAYERNORM_FWD_ARGS;
+}
+MC_INSTANTIATE(layernorm_fwd, MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
+MC_INSTANTIATE(layernorm_fwd_ahead, MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
 
 // Backward (layer: LayerNorm, else RMSNorm, fixed at compile time so
 // RMSNorm keeps no bias sums): block b takes rows [b*rows/P, (b+1)*rows/P)
@@ -291,9 +303,13 @@ MC_NORM_BWD(layernorm_bwd_ahead, true, true)
     (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean, const float* rstd,     \
      void* dx, mc_i64 dxs, float* partial, int rows, int cols)
 #define MC_NORM_BWD_ARGS (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols)
-MC_INSTANTIATE(rmsnorm_bwd, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+// The kernels without `ahead` take rows of 512 threads: bounded so that such
+// a block always fits (the compiler's own choice, 118-128 registers, is at
+// the edge; one more would leave it 384 threads, every row's pieces past
+// those cached re-read from memory).
+MC_INSTANTIATE_BOUNDS(rmsnorm_bwd, __launch_bounds__(512), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 MC_INSTANTIATE(rmsnorm_bwd_ahead, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE(layernorm_bwd, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_BOUNDS(layernorm_bwd, __launch_bounds__(512), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 MC_INSTANTIATE(layernorm_bwd_ahead, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 
 // out[c] = sum over blocks b of partial[b*stride + c]. A block of 256
