@@ -59,7 +59,7 @@ template <int S, class V> MC_DEVICE void qr_warp_sums(V* p, int lane) {
 // qr_cols: thread c holds column c of the matrix (R rows, R = 32, 64 or
 // 128 >= m) in registers, so a reflector's dot product with a column and
 // the column's update need no communication: the only shared state is the
-// reflectors, written by their owner thread to shared memory (zero above
+// reflectors, each built in shared memory by its column's warp (zero above
 // the diagonal, 1 on it) and read by every thread as broadcasts. Rows above
 // the reflector are skipped four at a time (the test is the same in every
 // thread). Global reads and writes go a row at a time: consecutive threads,
