@@ -169,6 +169,27 @@ func fill(f float32) (c constVec) {
 	return c
 }
 
+// constIVec is constVec for int32 lanes (bit patterns).
+type constIVec [W]int32
+
+func (c *constIVec) v() vi { return loadI(c[:]) }
+
+func fillI(x int32) (c constIVec) {
+	for i := range c {
+		c[i] = x
+	}
+	return c
+}
+
+var (
+	kExpBias  = fillI(127)
+	kLowBit   = fillI(1)
+	kHalfULP  = fillI(0x7fff) // bfloat16 rounding: half a unit less one
+	kQuietBit = fillI(0x40)
+	kAbsBits  = fillI(0x7fffffff)
+	kInfBits  = fillI(0x7f800000)
+)
+
 var (
 	kExpLo       = fill(simd.ExpLo)
 	kExpHi       = fill(simd.ExpHi)
@@ -234,7 +255,7 @@ func expScale(t, r vf) vf {
 	p = p.MulAdd(r, kExpP5.v())
 	p = p.MulAdd(r.Mul(r), r.Add(kOne.v()))
 	// 2^n: the low bits of t hold n + the magic's own integer bits.
-	e := asI(t).Sub(asI(kRoundMag.v())).Add(splatI(127)).ShiftAllLeft(23)
+	e := asI(t).Sub(asI(kRoundMag.v())).Add(kExpBias.v()).ShiftAllLeft(23)
 	return p.Mul(asF(e))
 }
 
@@ -533,10 +554,10 @@ func bf16ToF32(dst []float32, src []uint16) {
 }
 
 func roundBF16(u vi) vi {
-	odd := u.ShiftAllRight(16).And(splatI(1))
-	r := u.Add(splatI(0x7fff)).Add(odd).ShiftAllRight(16)
-	quiet := u.ShiftAllRight(16).Or(splatI(0x40))
-	return quiet.Merge(r, u.And(splatI(0x7fffffff)).Greater(splatI(0x7f800000)))
+	odd := u.ShiftAllRight(16).And(kLowBit.v())
+	r := u.Add(kHalfULP.v()).Add(odd).ShiftAllRight(16)
+	quiet := u.ShiftAllRight(16).Or(kQuietBit.v())
+	return quiet.Merge(r, u.And(kAbsBits.v()).Greater(kInfBits.v()))
 }
 
 func f32ToBF16(dst []uint16, src []float32) {
