@@ -171,25 +171,15 @@ func fill(f float32) (c constVec) {
 	return c
 }
 
-// constIVec is constVec for int32 lanes (bit patterns).
-type constIVec [W]int32
-
-func (c *constIVec) v() vi { return loadI(c[:]) }
-
-func fillI(x int32) (c constIVec) {
-	for i := range c {
-		c[i] = x
-	}
-	return c
-}
-
+// Integer constants are bit patterns in a constVec (copying a float32
+// keeps its bits), read as asI(k.v()).
 var (
-	kExpBias  = fillI(127)
-	kLowBit   = fillI(1)
-	kHalfULP  = fillI(0x7fff) // bfloat16 rounding: half a unit less one
-	kQuietBit = fillI(0x40)
-	kAbsBits  = fillI(0x7fffffff)
-	kInfBits  = fillI(0x7f800000)
+	kExpBias  = fill(math.Float32frombits(127))
+	kLowBit   = fill(math.Float32frombits(1))
+	kHalfULP  = fill(math.Float32frombits(0x7fff)) // bfloat16 rounding: half a unit less one
+	kQuietBit = fill(math.Float32frombits(0x40))
+	kAbsBits  = fill(math.Float32frombits(0x7fffffff))
+	kInfBits  = fill(math.Float32frombits(0x7f800000))
 )
 
 var (
@@ -257,7 +247,7 @@ func expScale(t, r vf) vf {
 	p = p.MulAdd(r, kExpP5.v())
 	p = p.MulAdd(r.Mul(r), r.Add(kOne.v()))
 	// 2^n: the low bits of t hold n + the magic's own integer bits.
-	e := asI(t).Sub(asI(kRoundMag.v())).Add(kExpBias.v()).ShiftAllLeft(23)
+	e := asI(t).Sub(asI(kRoundMag.v())).Add(asI(kExpBias.v())).ShiftAllLeft(23)
 	return p.Mul(asF(e))
 }
 
@@ -556,10 +546,10 @@ func bf16ToF32(dst []float32, src []uint16) {
 }
 
 func roundBF16(u vi) vi {
-	odd := u.ShiftAllRight(16).And(kLowBit.v())
-	r := u.Add(kHalfULP.v()).Add(odd).ShiftAllRight(16)
-	quiet := u.ShiftAllRight(16).Or(kQuietBit.v())
-	return quiet.Merge(r, u.And(kAbsBits.v()).Greater(kInfBits.v()))
+	odd := u.ShiftAllRight(16).And(asI(kLowBit.v()))
+	r := u.Add(asI(kHalfULP.v())).Add(odd).ShiftAllRight(16)
+	quiet := u.ShiftAllRight(16).Or(asI(kQuietBit.v()))
+	return quiet.Merge(r, u.And(asI(kAbsBits.v())).Greater(asI(kInfBits.v())))
 }
 
 func f32ToBF16(dst []uint16, src []float32) {

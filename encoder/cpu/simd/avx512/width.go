@@ -22,7 +22,6 @@ func asI(v vf) vi        { return v.AsInt32x16() }
 func asF(v vi) vf        { return v.AsFloat32x16() }
 
 // Full-vector loads and stores (s holds at least W elements).
-func loadI(s []int32) vi      { return archsimd.LoadInt32x16Slice(s) }
 func load(s []float32) vf     { return archsimd.LoadFloat32x16Slice(s) }
 func store(v vf, s []float32) { v.StoreSlice(s) }
 func loadU16(s []uint16) vi   { return archsimd.LoadUint16x16Slice(s).ExtendToUint32().AsInt32x16() }
