@@ -26,6 +26,7 @@ import (
 var (
 	out  = flag.String("out", "", "write the markdown table here too")
 	reps = flag.Int("reps", 15, "timed repetitions per measurement (the median is reported)")
+	only = flag.String("ops", "", "run only the ops whose name contains this (all when empty)")
 	prof = flag.String("cpuprofile", "", "write a CPU profile here (capi/default.pgo is one: see the Makefile's pgo target)")
 )
 
@@ -65,6 +66,9 @@ func main() {
 	emit("| op | dtype | shape | time ms | GB/s | copy GB/s | ratio |")
 	emit("|---|---|---|---:|---:|---:|---:|")
 	for _, o := range ops() {
+		if !strings.Contains(o.name, *only) {
+			continue
+		}
 		for _, dt := range tu.DTypes {
 			for _, sh := range shapes {
 				shape := []int64{sh[0], sh[1]}

@@ -17,6 +17,9 @@ type Span struct {
 // RowSpan is row r of v.
 func RowSpan(v *core.View, r int) Span { return Span{v.RowPtr(r), v.DType} }
 
+// TensorSpan is the whole of a contiguous v, from its first element.
+func TensorSpan(v *core.View) Span { return Span{v.Base, v.DType} }
+
 // OptRowSpan is row r of v, or an absent Span for a nil view.
 func OptRowSpan(v *core.View, r int) Span {
 	if v == nil {

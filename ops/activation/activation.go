@@ -148,7 +148,7 @@ func elementwise(outView, aView, bView *core.View, f chunkFn) {
 			if v == nil {
 				return cpu.Span{}
 			}
-			return cpu.Span{P: v.Base, DT: v.DType}.At(i * cpu.Chunk)
+			return cpu.TensorSpan(v).At(i * cpu.Chunk)
 		}
 	}
 	cpu.Parallel(segs, cpu.RowGrain(segLen), func(lo, hi int, s *cpu.Scratch) {

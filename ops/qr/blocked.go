@@ -35,7 +35,7 @@ const (
 func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inner bool) {
 	m, n, nb := s.m, s.n, blockWidth
 	a := sc.Buf(bufA, m*n)
-	copy(a, cpu.Span{P: av.Base, DT: av.DType}.At(b*m*n).Load(0, a))
+	copy(a, cpu.TensorSpan(av).At(b*m*n).Load(0, a))
 	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
 	pv := sc.Buf(bufPanelV, m*nb)
 	w := sc.Buf(bufW, max(m, n))
@@ -61,7 +61,7 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 		vr := reflectors(a, m, n, k0, jb, pv)
 		applyBlock(qm[k0*qc:], qc, m-k0, k0, qc, vr, ts[k0/nb*nb*nb:], jb, false, inner, sc)
 	}
-	cpu.Span{P: qv.Base, DT: qv.DType}.At(b*m*qc).Store(0, qm)
+	cpu.TensorSpan(qv).At(b*m*qc).Store(0, qm)
 }
 
 // reflectors copies the panel's reflectors (below the diagonal of columns

@@ -175,7 +175,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 	for l := range lanes {
 		buf := bufs[l*size : l*size+m*n]
 		if l < count {
-			mats[l] = cpu.Span{P: av.Base, DT: av.DType}.At((first+l)*m*n).Load(0, buf)
+			mats[l] = cpu.TensorSpan(av).At((first+l)*m*n).Load(0, buf)
 		} else {
 			clear(buf)
 			mats[l] = buf
@@ -188,7 +188,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 	}
 	cpu.K().QRLanes(a, m, n, q, qc, sc.Buf(bufTau, s.k*lanes))
 	rn := s.rRows * n
-	rs := cpu.Span{P: rv.Base, DT: rv.DType}
+	rs := cpu.TensorSpan(rv)
 	for l := range count {
 		mats[l] = rs.At((first+l)*rn).Out(0, bufs[l*size:l*size+rn])
 	}
@@ -203,7 +203,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 	if qv == nil {
 		return
 	}
-	qs := cpu.Span{P: qv.Base, DT: qv.DType}
+	qs := cpu.TensorSpan(qv)
 	for l := range count {
 		mats[l] = qs.At((first+l)*m*qc).Out(0, bufs[l*size:l*size+m*qc])
 	}
@@ -267,7 +267,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 	k := cpu.K()
 	m, n := s.m, s.n
 	a := sc.Buf(bufA, m*n)
-	copy(a, cpu.Span{P: av.Base, DT: av.DType}.At(b*m*n).Load(0, a))
+	copy(a, cpu.TensorSpan(av).At(b*m*n).Load(0, a))
 	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
 	w := sc.Buf(bufW, max(m, n))
 	tau := sc.Buf(bufTau, s.k)
@@ -284,7 +284,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 			k.Reflect(qm[j*qc+j:], qc, m-j, qc-j, v, tau[j], w)
 		}
 	}
-	cpu.Span{P: qv.Base, DT: qv.DType}.At(b*m*qc).Store(0, qm)
+	cpu.TensorSpan(qv).At(b*m*qc).Store(0, qm)
 }
 
 // geqr2 factors columns [j0, j1) of the row-major m x n matrix a one
@@ -311,7 +311,7 @@ func storeR(s shapes, b int, a []float32, rv *core.View, sc *cpu.Scratch) {
 	for i := range min(s.rRows, s.k) {
 		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
 	}
-	cpu.Span{P: rv.Base, DT: rv.DType}.At(b*s.rRows*n).Store(0, rr)
+	cpu.TensorSpan(rv).At(b*s.rRows*n).Store(0, rr)
 }
 
 // eye sets buf to the first cols columns of the m x m identity,

@@ -21,13 +21,15 @@ func splatI(i int32) vi  { return archsimd.BroadcastInt32x8(i) }
 func asI(v vf) vi        { return v.AsInt32x8() }
 func asF(v vi) vf        { return v.AsFloat32x8() }
 
-// Full-vector loads and stores (s holds at least W elements).
-func load(s []float32) vf     { return archsimd.LoadFloat32x8Slice(s) }
-func store(v vf, s []float32) { v.StoreSlice(s) }
-func loadU16(s []uint16) vi   { return archsimd.LoadUint16x8Slice(s).ExtendToUint32().AsInt32x8() }
-func storeU16(v vi, s []uint16) {
-	narrow(v).StoreSlice(s)
+// Full-vector loads and stores of s[i:i+W], through an array pointer (see
+// the avx512 width.go).
+func load(s []float32, i int) vf     { return loadArray((*[W]float32)(s[i : i+W])) }
+func loadArray(a *[W]float32) vf     { return archsimd.LoadFloat32x8(a) }
+func store(v vf, s []float32, i int) { v.Store((*[W]float32)(s[i : i+W])) }
+func loadU16(s []uint16, i int) vi {
+	return archsimd.LoadUint16x8((*[W]uint16)(s[i : i+W])).ExtendToUint32().AsInt32x8()
 }
+func storeU16(v vi, s []uint16, i int) { narrow(v).Store((*[W]uint16)(s[i : i+W])) }
 
 // Partial ones for the last elements of a slice: missing lanes read as zero
 // and are not written. They are calls, not intrinsics: tails only.

@@ -82,11 +82,11 @@ func sum(x []float32) float32 {
 	var a0, a1 vf
 	i, n := 0, full(len(x))
 	for ; i+2*W <= n; i += 2 * W {
-		a0 = a0.Add(load(x[i:]))
-		a1 = a1.Add(load(x[i+W:]))
+		a0 = a0.Add(load(x, i))
+		a1 = a1.Add(load(x, i+W))
 	}
 	for ; i < n; i += W {
-		a0 = a0.Add(load(x[i:]))
+		a0 = a0.Add(load(x, i))
 	}
 	if n < len(x) {
 		a1 = a1.Add(loadPart(x[n:]))
@@ -98,12 +98,12 @@ func sumSq(x []float32) float32 {
 	var a0, a1 vf
 	i, n := 0, full(len(x))
 	for ; i+2*W <= n; i += 2 * W {
-		v0, v1 := load(x[i:]), load(x[i+W:])
+		v0, v1 := load(x, i), load(x, i+W)
 		a0 = v0.MulAdd(v0, a0)
 		a1 = v1.MulAdd(v1, a1)
 	}
 	for ; i < n; i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		a0 = v.MulAdd(v, a0)
 	}
 	if n < len(x) {
@@ -118,11 +118,11 @@ func dot(a, b []float32) float32 {
 	b = b[:len(a)]
 	i, n := 0, full(len(a))
 	for ; i+2*W <= n; i += 2 * W {
-		a0 = load(a[i:]).MulAdd(load(b[i:]), a0)
-		a1 = load(a[i+W:]).MulAdd(load(b[i+W:]), a1)
+		a0 = load(a, i).MulAdd(load(b, i), a0)
+		a1 = load(a, i+W).MulAdd(load(b, i+W), a1)
 	}
 	for ; i < n; i += W {
-		a0 = load(a[i:]).MulAdd(load(b[i:]), a0)
+		a0 = load(a, i).MulAdd(load(b, i), a0)
 	}
 	if n < len(a) {
 		a1 = loadPart(a[n:]).MulAdd(loadPart(b[n:]), a1)
@@ -135,7 +135,7 @@ func maxOf(x []float32) float32 {
 	m, nan := splat(float32(math.Inf(-1))), zero()
 	n := full(len(x))
 	for i := 0; i < n; i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		m = m.Max(v)
 		nan = v.Merge(nan, v.IsNaN())
 	}
@@ -160,7 +160,7 @@ func maxOf(x []float32) float32 {
 // known to have them).
 type constVec [W]float32
 
-func (c *constVec) v() vf { return load(c[:]) }
+func (c *constVec) v() vf { return loadArray((*[W]float32)(c)) }
 
 func fill(f float32) (c constVec) {
 	for i := range c {
@@ -310,57 +310,57 @@ func geluTanhU(x vf) (u, du vf) {
 func geluErf(dst, x []float32) { unary(dst, x, geluErfVectors) }
 func geluErfVectors(dst, x []float32) {
 	for i := 0; i < len(x); i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		c, c2 := erfArg(v.Mul(kSqrt1_2.v()))
-		store(v.Mul(cdfOf(v, erfRatio(c, erfP(c2), erfQ(c2)))), dst[i:])
+		store(v.Mul(cdfOf(v, erfRatio(c, erfP(c2), erfQ(c2)))), dst, i)
 	}
 }
 
 func geluTanh(dst, x []float32) { unary(dst, x, geluTanhVectors) }
 func geluTanhVectors(dst, x []float32) {
 	for i := 0; i < len(x); i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		u, _ := geluTanhU(v)
-		store(v.Mul(sigmoidOf(expScale(expArg(zero().Sub(u.Add(u)))))), dst[i:])
+		store(v.Mul(sigmoidOf(expScale(expArg(zero().Sub(u.Add(u)))))), dst, i)
 	}
 }
 
 func silu(dst, x []float32) { unary(dst, x, siluVectors) }
 func siluVectors(dst, x []float32) {
 	for i := 0; i < len(x); i += W {
-		v := load(x[i:])
-		store(v.Mul(sigmoidOf(expScale(expArg(zero().Sub(v))))), dst[i:])
+		v := load(x, i)
+		store(v.Mul(sigmoidOf(expScale(expArg(zero().Sub(v))))), dst, i)
 	}
 }
 
 func geluErfGrad(dst, dy, x []float32) { binary(dst, dy, x, geluErfGradVectors) }
 func geluErfGradVectors(dst, dy, x []float32) {
 	for i := 0; i < len(x); i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		c, c2 := erfArg(v.Mul(kSqrt1_2.v()))
 		cdf := cdfOf(v, erfRatio(c, erfP(c2), erfQ(c2)))
 		pdf := expScale(expArg(kNegHalf.v().Mul(v).Mul(v))).Mul(kInvSqrt2Pi.v())
-		store(load(dy[i:]).Mul(v.MulAdd(pdf, cdf)), dst[i:])
+		store(load(dy, i).Mul(v.MulAdd(pdf, cdf)), dst, i)
 	}
 }
 
 func geluTanhGrad(dst, dy, x []float32) { binary(dst, dy, x, geluTanhGradVectors) }
 func geluTanhGradVectors(dst, dy, x []float32) {
 	for i := 0; i < len(x); i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		u, du := geluTanhU(v)
 		s, c := sigmoidPair(u.Add(u), expScale(expArg(zero().Sub(u.Add(u)))))
 		ds := s.Mul(c).Mul(du).Mul(v.Add(v))
-		store(load(dy[i:]).Mul(s.Add(ds)), dst[i:])
+		store(load(dy, i).Mul(s.Add(ds)), dst, i)
 	}
 }
 
 func siluGrad(dst, dy, x []float32) { binary(dst, dy, x, siluGradVectors) }
 func siluGradVectors(dst, dy, x []float32) {
 	for i := 0; i < len(x); i += W {
-		v := load(x[i:])
+		v := load(x, i)
 		s, c := sigmoidPair(v, expScale(expArg(zero().Sub(v))))
-		store(load(dy[i:]).Mul(s).Mul(v.MulAdd(c, kOne.v())), dst[i:])
+		store(load(dy, i).Mul(s).Mul(v.MulAdd(c, kOne.v())), dst, i)
 	}
 }
 
@@ -400,9 +400,9 @@ func expSum(dst, x []float32, m float32) float32 {
 	dst = dst[:len(x)]
 	n := full(len(x))
 	for i := 0; i < n; i += W {
-		d := load(x[i:]).Sub(mv)
+		d := load(x, i).Sub(mv)
 		e := withNaN(expScale(expArg(d)), d)
-		store(e, dst[i:])
+		store(e, dst, i)
 		acc = acc.Add(e)
 	}
 	if n < len(x) {
@@ -418,7 +418,7 @@ func add(dst, a, b []float32) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	n := full(len(dst))
 	for i := 0; i < n; i += W {
-		store(load(a[i:]).Add(load(b[i:])), dst[i:])
+		store(load(a, i).Add(load(b, i)), dst, i)
 	}
 	if n < len(dst) {
 		storePart(loadPart(a[n:]).Add(loadPart(b[n:])), dst[n:])
@@ -430,7 +430,7 @@ func mul(dst, a, b []float32) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	n := full(len(dst))
 	for i := 0; i < n; i += W {
-		store(load(a[i:]).Mul(load(b[i:])), dst[i:])
+		store(load(a, i).Mul(load(b, i)), dst, i)
 	}
 	if n < len(dst) {
 		storePart(loadPart(a[n:]).Mul(loadPart(b[n:])), dst[n:])
@@ -448,7 +448,7 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	case w != nil && b != nil:
 		w, b = w[:len(dst)], b[:len(dst)]
 		for i := 0; i < n; i += W {
-			store(load(x[i:]).Sub(mv).Mul(rv).MulAdd(load(w[i:]), load(b[i:])), dst[i:])
+			store(load(x, i).Sub(mv).Mul(rv).MulAdd(load(w, i), load(b, i)), dst, i)
 		}
 		if n < len(dst) {
 			storePart(loadPart(x[n:]).Sub(mv).Mul(rv).MulAdd(loadPart(w[n:]), loadPart(b[n:])), dst[n:])
@@ -456,7 +456,7 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	case w != nil:
 		w = w[:len(dst)]
 		for i := 0; i < n; i += W {
-			store(load(x[i:]).Sub(mv).Mul(rv).Mul(load(w[i:])), dst[i:])
+			store(load(x, i).Sub(mv).Mul(rv).Mul(load(w, i)), dst, i)
 		}
 		if n < len(dst) {
 			storePart(loadPart(x[n:]).Sub(mv).Mul(rv).Mul(loadPart(w[n:])), dst[n:])
@@ -465,9 +465,9 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 		bv := zero()
 		for i := 0; i < n; i += W {
 			if b != nil {
-				bv = load(b[i:])
+				bv = load(b, i)
 			}
-			store(load(x[i:]).Sub(mv).MulAdd(rv, bv), dst[i:])
+			store(load(x, i).Sub(mv).MulAdd(rv, bv), dst, i)
 		}
 		if n < len(dst) {
 			if b != nil {
@@ -484,7 +484,7 @@ func normGrad(dst, g, x []float32, c, d, s float32) {
 	g, x = g[:len(dst)], x[:len(dst)]
 	n := full(len(dst))
 	for i := 0; i < n; i += W {
-		store(load(x[i:]).MulAdd(cv, load(g[i:])).Sub(dv).Mul(sv), dst[i:])
+		store(load(x, i).MulAdd(cv, load(g, i)).Sub(dv).Mul(sv), dst, i)
 	}
 	if n < len(dst) {
 		storePart(loadPart(x[n:]).MulAdd(cv, loadPart(g[n:])).Sub(dv).Mul(sv), dst[n:])
@@ -497,7 +497,7 @@ func softmaxGrad(dst, y, dy []float32, d float32) {
 	y, dy = y[:len(dst)], dy[:len(dst)]
 	n := full(len(dst))
 	for i := 0; i < n; i += W {
-		store(load(dy[i:]).Sub(dv).Mul(load(y[i:])), dst[i:])
+		store(load(dy, i).Sub(dv).Mul(load(y, i)), dst, i)
 	}
 	if n < len(dst) {
 		storePart(loadPart(dy[n:]).Sub(dv).Mul(loadPart(y[n:])), dst[n:])
@@ -510,7 +510,7 @@ func fmAcc(acc, a, b []float32, s float32) {
 	a, b = a[:len(acc)], b[:len(acc)]
 	n := full(len(acc))
 	for i := 0; i < n; i += W {
-		store(load(a[i:]).Mul(load(b[i:])).MulAdd(sv, load(acc[i:])), acc[i:])
+		store(load(a, i).Mul(load(b, i)).MulAdd(sv, load(acc, i)), acc, i)
 	}
 	if n < len(acc) {
 		storePart(loadPart(a[n:]).Mul(loadPart(b[n:])).MulAdd(sv, loadPart(acc[n:])), acc[n:])
@@ -523,7 +523,7 @@ func axpy(dst, x []float32, s float32) {
 	x = x[:len(dst)]
 	n := full(len(dst))
 	for i := 0; i < n; i += W {
-		store(load(x[i:]).MulAdd(sv, load(dst[i:])), dst[i:])
+		store(load(x, i).MulAdd(sv, load(dst, i)), dst, i)
 	}
 	if n < len(dst) {
 		storePart(loadPart(x[n:]).MulAdd(sv, loadPart(dst[n:])), dst[n:])
@@ -535,7 +535,7 @@ func bf16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
 	n := full(len(src))
 	for i := 0; i < n; i += W {
-		store(asF(loadU16(src[i:]).ShiftAllLeft(16)), dst[i:])
+		store(asF(loadU16(src, i).ShiftAllLeft(16)), dst, i)
 	}
 	if n < len(src) {
 		storePart(asF(loadU16Part(src[n:]).ShiftAllLeft(16)), dst[n:])
@@ -554,7 +554,7 @@ func f32ToBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	n := full(len(src))
 	for i := 0; i < n; i += W {
-		storeU16(roundBF16(asI(load(src[i:]))), dst[i:])
+		storeU16(roundBF16(asI(load(src, i))), dst, i)
 	}
 	if n < len(src) {
 		storeU16Part(roundBF16(asI(loadPart(src[n:]))), dst[n:])
@@ -573,7 +573,7 @@ func f16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
 	n := full(len(src))
 	for i := 0; i < n; i += W {
-		store(widenF16(loadU16(src[i:])), dst[i:])
+		store(widenF16(loadU16(src, i)), dst, i)
 	}
 	if n < len(src) {
 		storePart(widenF16(loadU16Part(src[n:])), dst[n:])
@@ -597,7 +597,7 @@ func f32ToF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	n := full(len(src))
 	for i := 0; i < n; i += W {
-		storeU16(roundF16(asI(load(src[i:]))), dst[i:])
+		storeU16(roundF16(asI(load(src, i))), dst, i)
 	}
 	if n < len(src) {
 		storeU16Part(roundF16(asI(loadPart(src[n:]))), dst[n:])
@@ -627,14 +627,14 @@ func adamW(h *simd.AdamW, p, g, m, v, vmax []float32) {
 	for i := 0; i < n; i += W {
 		xv := zero()
 		if vmax != nil {
-			xv = load(vmax[i:])
+			xv = load(vmax, i)
 		}
-		pv, mv, vv, xv := step(load(p[i:]), load(g[i:]), load(m[i:]), load(v[i:]), xv)
-		store(pv, p[i:])
-		store(mv, m[i:])
-		store(vv, v[i:])
+		pv, mv, vv, xv := step(load(p, i), load(g, i), load(m, i), load(v, i), xv)
+		store(pv, p, i)
+		store(mv, m, i)
+		store(vv, v, i)
 		if vmax != nil {
-			store(xv, vmax[i:])
+			store(xv, vmax, i)
 		}
 	}
 	if n < len(p) {
@@ -671,27 +671,27 @@ func reflect(a []float32, ld, rows, cols int, v []float32, tau float32, w []floa
 		var w0, w1, w2, w3 vf
 		for i := range rows {
 			row, vi := a[i*ld+c:], broadcastAt(v, i)
-			w0 = load(row).MulAdd(vi, w0)
-			w1 = load(row[W:]).MulAdd(vi, w1)
-			w2 = load(row[2*W:]).MulAdd(vi, w2)
-			w3 = load(row[3*W:]).MulAdd(vi, w3)
+			w0 = load(row, 0).MulAdd(vi, w0)
+			w1 = load(row, W).MulAdd(vi, w1)
+			w2 = load(row, 2*W).MulAdd(vi, w2)
+			w3 = load(row, 3*W).MulAdd(vi, w3)
 		}
 		for i := range rows {
 			row, s := a[i*ld+c:], broadcastAt(v, i).Mul(nt)
-			store(w0.MulAdd(s, load(row)), row)
-			store(w1.MulAdd(s, load(row[W:])), row[W:])
-			store(w2.MulAdd(s, load(row[2*W:])), row[2*W:])
-			store(w3.MulAdd(s, load(row[3*W:])), row[3*W:])
+			store(w0.MulAdd(s, load(row, 0)), row, 0)
+			store(w1.MulAdd(s, load(row, W)), row, W)
+			store(w2.MulAdd(s, load(row, 2*W)), row, 2*W)
+			store(w3.MulAdd(s, load(row, 3*W)), row, 3*W)
 		}
 	}
 	for ; c < n; c += W {
 		var w0 vf
 		for i := range rows {
-			w0 = load(a[i*ld+c:]).MulAdd(broadcastAt(v, i), w0)
+			w0 = load(a, i*ld+c).MulAdd(broadcastAt(v, i), w0)
 		}
 		for i := range rows {
 			row := a[i*ld+c:]
-			store(w0.MulAdd(broadcastAt(v, i).Mul(nt), load(row)), row)
+			store(w0.MulAdd(broadcastAt(v, i).Mul(nt), load(row, 0)), row, 0)
 		}
 	}
 	if c < cols {
@@ -716,7 +716,7 @@ func reflectRows(a []float32, ld, rows, cols int, v []float32, tau float32, w []
 	n := full(cols)
 	for c := 0; c < cols; c += W {
 		if c < n {
-			store(zero(), w[c:])
+			store(zero(), w, c)
 		} else {
 			storePart(zero(), w[c:])
 		}
@@ -725,7 +725,7 @@ func reflectRows(a []float32, ld, rows, cols int, v []float32, tau float32, w []
 		row, vi := a[i*ld:i*ld+cols], broadcastAt(v, i)
 		c := 0
 		for ; c < n; c += W {
-			store(load(row[c:]).MulAdd(vi, load(w[c:])), w[c:])
+			store(load(row, c).MulAdd(vi, load(w, c)), w, c)
 		}
 		if c < cols {
 			storePart(loadPart(row[c:]).MulAdd(vi, loadPart(w[c:])), w[c:])
@@ -736,7 +736,7 @@ func reflectRows(a []float32, ld, rows, cols int, v []float32, tau float32, w []
 		row, s := a[i*ld:i*ld+cols], broadcastAt(v, i).Mul(nt)
 		c := 0
 		for ; c < n; c += W {
-			store(load(w[c:]).MulAdd(s, load(row[c:])), row[c:])
+			store(load(w, c).MulAdd(s, load(row, c)), row, c)
 		}
 		if c < cols {
 			storePart(loadPart(w[c:]).MulAdd(s, loadPart(row[c:])), row[c:])
@@ -760,10 +760,10 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 	k, rs := min(m, n), n*W // rs: one matrix row of a, interleaved
 	one, absMask := splat(1), splatI(0x7fffffff)
 	for j := range k {
-		alpha := load(a[j*rs+j*W:])
+		alpha := load(a, j*rs+j*W)
 		mx := asF(asI(alpha).And(absMask))
 		for i := j + 1; i < m; i++ {
-			mx = mx.Max(asF(asI(load(a[i*rs+j*W:])).And(absMask)))
+			mx = mx.Max(asF(asI(load(a, i*rs+j*W)).And(absMask)))
 		}
 		safe := one.Merge(mx, mx.Equal(zero())) // a zero column divides by 1
 		// x / safe as (x * pre) * inv: pre = 2^64 lifts a denormal maximum
@@ -772,7 +772,7 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 		inv := one.Div(safe.Mul(pre))
 		var ss vf
 		for i := j + 1; i < m; i++ {
-			x := load(a[i*rs+j*W:]).Mul(pre).Mul(inv)
+			x := load(a, i*rs+j*W).Mul(pre).Mul(inv)
 			ss = x.MulAdd(x, ss)
 		}
 		an := alpha.Mul(pre).Mul(inv)
@@ -781,12 +781,12 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 		keep := ss.Equal(zero())                                         // nothing below the diagonal: H = I
 		tau := zero().Merge(bn.Sub(an).Div(bn), keep)
 		div := one.Div(an.Sub(bn)) // the tail x / (alpha - beta), as x * pre * inv * div
-		store(alpha.Merge(bn.Mul(safe), keep), a[j*rs+j*W:])
+		store(alpha.Merge(bn.Mul(safe), keep), a, j*rs+j*W)
 		for i := j + 1; i < m; i++ {
-			x := load(a[i*rs+j*W:])
-			store(x.Merge(x.Mul(pre).Mul(inv).Mul(div), keep), a[i*rs+j*W:])
+			x := load(a, i*rs+j*W)
+			store(x.Merge(x.Mul(pre).Mul(inv).Mul(div), keep), a, i*rs+j*W)
 		}
-		store(tau, scratch[j*W:])
+		store(tau, scratch, j*W)
 		reflectLanes(a, rs, j+1, n, a, rs, j, m, tau)
 	}
 	if q == nil {
@@ -797,14 +797,14 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 	for i := range m {
 		for c := range qCols {
 			if i == c {
-				store(one, q[i*qs+c*W:])
+				store(one, q, i*qs+c*W)
 			} else {
-				store(zero(), q[i*qs+c*W:])
+				store(zero(), q, i*qs+c*W)
 			}
 		}
 	}
 	for j := k - 1; j >= 0; j-- {
-		reflectLanes(q, qs, j, qCols, a, rs, j, m, load(scratch[j*W:]))
+		reflectLanes(q, qs, j, qCols, a, rs, j, m, load(scratch, j*W))
 	}
 	archsimd.ClearAVXUpperBits()
 }
@@ -816,30 +816,30 @@ func qrLanes(a []float32, m, n int, q []float32, qCols int, scratch []float32) {
 func reflectLanes(dst []float32, ds, from, to int, a []float32, rs, j, m int, tau vf) {
 	c := from
 	for ; c+1 < to; c += 2 {
-		w0, w1 := load(dst[j*ds+c*W:]), load(dst[j*ds+(c+1)*W:])
+		w0, w1 := load(dst, j*ds+c*W), load(dst, j*ds+(c+1)*W)
 		for i := j + 1; i < m; i++ {
-			v := load(a[i*rs+j*W:])
-			w0 = v.MulAdd(load(dst[i*ds+c*W:]), w0)
-			w1 = v.MulAdd(load(dst[i*ds+(c+1)*W:]), w1)
+			v := load(a, i*rs+j*W)
+			w0 = v.MulAdd(load(dst, i*ds+c*W), w0)
+			w1 = v.MulAdd(load(dst, i*ds+(c+1)*W), w1)
 		}
 		t0, t1 := tau.Mul(w0), tau.Mul(w1)
-		store(load(dst[j*ds+c*W:]).Sub(t0), dst[j*ds+c*W:])
-		store(load(dst[j*ds+(c+1)*W:]).Sub(t1), dst[j*ds+(c+1)*W:])
+		store(load(dst, j*ds+c*W).Sub(t0), dst, j*ds+c*W)
+		store(load(dst, j*ds+(c+1)*W).Sub(t1), dst, j*ds+(c+1)*W)
 		for i := j + 1; i < m; i++ {
-			v := load(a[i*rs+j*W:])
-			store(load(dst[i*ds+c*W:]).Sub(v.Mul(t0)), dst[i*ds+c*W:])
-			store(load(dst[i*ds+(c+1)*W:]).Sub(v.Mul(t1)), dst[i*ds+(c+1)*W:])
+			v := load(a, i*rs+j*W)
+			store(load(dst, i*ds+c*W).Sub(v.Mul(t0)), dst, i*ds+c*W)
+			store(load(dst, i*ds+(c+1)*W).Sub(v.Mul(t1)), dst, i*ds+(c+1)*W)
 		}
 	}
 	if c < to {
-		w := load(dst[j*ds+c*W:])
+		w := load(dst, j*ds+c*W)
 		for i := j + 1; i < m; i++ {
-			w = load(a[i*rs+j*W:]).MulAdd(load(dst[i*ds+c*W:]), w)
+			w = load(a, i*rs+j*W).MulAdd(load(dst, i*ds+c*W), w)
 		}
 		tw := tau.Mul(w)
-		store(load(dst[j*ds+c*W:]).Sub(tw), dst[j*ds+c*W:])
+		store(load(dst, j*ds+c*W).Sub(tw), dst, j*ds+c*W)
 		for i := j + 1; i < m; i++ {
-			store(load(dst[i*ds+c*W:]).Sub(load(a[i*rs+j*W:]).Mul(tw)), dst[i*ds+c*W:])
+			store(load(dst, i*ds+c*W).Sub(load(a, i*rs+j*W).Mul(tw)), dst, i*ds+c*W)
 		}
 	}
 }
