@@ -123,7 +123,13 @@ func TestPrimitives(t *testing.T) {
 				sumSq += float64(a[i]) * float64(a[i])
 				dot += float64(a[i]) * float64(b[i])
 				mx = math.Max(mx, float64(a[i]))
-				expSum += math.Exp(float64(a[i]) - 1)
+			}
+			top := float32(0) // ExpSum's m: the maximum, as softmax passes it
+			if n > 0 {
+				top = float32(mx)
+			}
+			for i := range n {
+				expSum += math.Exp(float64(a[i]) - float64(top))
 			}
 			near := func(what string, got, want float64) {
 				require.InDelta(t, want, got, 1e-5*(1+math.Abs(want))+1e-6*float64(n), "%s %s n=%d", k.Name, what, n)
@@ -135,14 +141,14 @@ func TestPrimitives(t *testing.T) {
 				require.Equal(t, float32(mx), k.Max(a), "%s Max n=%d", k.Name, n)
 			}
 			out := make([]float32, n)
-			near("ExpSum", float64(k.ExpSum(out, a, 1)), expSum)
+			near("ExpSum", float64(k.ExpSum(out, a, top)), expSum)
 			each := func(what string, got []float32, want func(i int) float64) {
 				for i := range n {
 					w := want(i)
 					require.InDelta(t, w, float64(got[i]), 2e-6*(1+math.Abs(w)), "%s %s n=%d i=%d", k.Name, what, n, i)
 				}
 			}
-			each("ExpSum", out, func(i int) float64 { return math.Exp(float64(a[i]) - 1) })
+			each("ExpSum", out, func(i int) float64 { return math.Exp(float64(a[i]) - float64(top)) })
 			k.Add(out, a, b)
 			each("Add", out, func(i int) float64 { return float64(a[i]) + float64(b[i]) })
 			k.Mul(out, a, b)

@@ -3,6 +3,7 @@
 package softmax
 
 import (
+	"math"
 	"unsafe"
 
 	"metalcore/encoder/cpu"
@@ -31,12 +32,25 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(0, cols))
 			y := cpu.RowSpan(yv, r)
 			e := y.Out(0, s.Buf(1, cols))
-			sum := k.ExpSum(e, xs, k.Max(xs))
-			k.Normalize(e, e, nil, nil, 0, 1/sum)
+			if m := k.Max(xs); finite(m) {
+				k.Normalize(e, e, nil, nil, 0, 1/k.ExpSum(e, xs, m))
+			} else {
+				fill(e, float32(math.NaN()))
+			}
 			y.Store(0, e)
 		}
 	})
 	return nil
+}
+
+// A row whose maximum is not finite (it holds a NaN or +inf, or is all
+// -inf) is NaN throughout, as in float64 (inf - inf and NaN - NaN are NaN).
+func finite(m float32) bool { return !math.IsInf(float64(m), 0) && m == m }
+
+func fill(v []float32, f float32) {
+	for i := range v {
+		v[i] = f
+	}
 }
 
 // Bwd: dx = y * (dy - sum(dy * y)) per row; dx may be dy.

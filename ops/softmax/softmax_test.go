@@ -56,6 +56,38 @@ func TestFwdMaskedAndRisingRows(t *testing.T) {
 	})
 }
 
+// Rows whose maximum is not finite are NaN throughout, as the float64
+// reference's are: one holding a NaN, one +inf, one all -inf.
+func TestFwdNonFiniteRows(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
+		for _, dt := range tu.DTypes {
+			const cols = 37
+			xs := make([]float64, 4*cols)
+			for i := range cols {
+				xs[i], xs[cols+i], xs[2*cols+i], xs[3*cols+i] = float64(i), float64(i), math.Inf(-1), float64(i)/10
+			}
+			xs[5], xs[cols+30] = math.NaN(), math.Inf(1)
+			c := tu.Case{DT: dt, Shape: []int64{4, cols}}
+			x := c.New(c.Shape, 0).Set(xs)
+			y := c.New(c.Shape, 0)
+			y.Poison()
+			require.NoError(t, Fwd(x.Ptr(), y.Ptr(), nil))
+			got, xs := y.Values(), x.Values()
+			for r := range 4 {
+				want := RefSoftmax(xs[r*cols : (r+1)*cols])
+				for i, w := range want {
+					g := got[r*cols+i]
+					if math.IsNaN(w) {
+						require.True(t, math.IsNaN(g), "%v row %d [%d] = %g, want NaN", dt, r, i, g)
+					} else {
+						require.InDelta(t, w, g, tu.Tol(dt)*(w+0.1), "%v row %d [%d]", dt, r, i)
+					}
+				}
+			}
+		}
+	})
+}
+
 func TestBwd(t *testing.T) {
 	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
 		rng := tu.RNG(t)

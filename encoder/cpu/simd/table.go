@@ -15,7 +15,8 @@ type Table struct {
 	SumSq func(x []float32) float32
 	Max   func(x []float32) float32
 	Dot   func(a, b []float32) float32
-	// ExpSum stores dst = exp(x - m) and returns its sum.
+	// ExpSum stores dst = exp(x - m) and returns its sum; m is finite and
+	// at least every x (a row's maximum), and x holds no NaN.
 	ExpSum func(dst, x []float32, m float32) float32
 
 	Add func(dst, a, b []float32) // dst = a + b

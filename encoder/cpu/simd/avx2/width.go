@@ -31,6 +31,13 @@ func loadU16(s []uint16, i int) vi {
 }
 func storeU16(v vi, s []uint16, i int) { narrow(v).Store((*[W]uint16)(s[i : i+W])) }
 
+// storeHighHalves stores the upper 16 bits of a's lanes, then of b's, at
+// s[i:i+2W] (AVX2 has no word permute across two vectors).
+func storeHighHalves(a, b vi, s []uint16, i int) {
+	storeU16(a.ShiftAllRight(16), s, i)
+	storeU16(b.ShiftAllRight(16), s, i+W)
+}
+
 // Partial ones for the last elements of a slice: missing lanes read as zero
 // and are not written. They are calls, not intrinsics: tails only.
 func loadPart(s []float32) vf     { return archsimd.LoadFloat32x8SlicePart(s) }

@@ -174,8 +174,8 @@ func fill(f float32) (c constVec) {
 var (
 	kExpBias  = fill(math.Float32frombits(127))
 	kLowBit   = fill(math.Float32frombits(1))
-	kHalfULP  = fill(math.Float32frombits(0x7fff)) // bfloat16 rounding: half a unit less one
-	kQuietBit = fill(math.Float32frombits(0x40))
+	kHalfULP  = fill(math.Float32frombits(0x7fff))   // bfloat16 rounding: half a unit less one
+	kQuietBit = fill(math.Float32frombits(0x400000)) // a NaN's quiet bit
 	kAbsBits  = fill(math.Float32frombits(0x7fffffff))
 	kInfBits  = fill(math.Float32frombits(0x7f800000))
 )
@@ -225,10 +225,13 @@ var (
 // spilled around it) halved the activations' speed. So each kernel's loop
 // composes the pieces itself: exp(x) is expScale(expArg(x)), erf below.
 
-// expArg is exp's argument reduction (simd.Exp32): x clamped, t holding
-// n = round(x / ln2) in its low bits, r = x - n ln2.
-func expArg(x vf) (t, r vf) {
-	x = x.Max(kExpLo.v()).Min(kExpHi.v())
+// expArg is exp's argument reduction (simd.Exp32) of x clamped to exp's
+// range: expReduce(x clamped).
+func expArg(x vf) (t, r vf) { return expReduce(x.Max(kExpLo.v()).Min(kExpHi.v())) }
+
+// expReduce is the reduction of x in exp's range: t holding n = round(x /
+// ln2) in its low bits, r = x - n ln2.
+func expReduce(x vf) (t, r vf) {
 	t = x.MulAdd(kLog2E.v(), kRoundMag.v())
 	n := t.Sub(kRoundMag.v())
 	r = n.MulAdd(kNegLn2Hi.v(), x)
@@ -394,20 +397,20 @@ func binary(dst, dy, x []float32, f func(dst, dy, x []float32)) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// expSum clamps x - m only from below: m is at least every x (see the
+// Table), so there is no overflow to clamp and no NaN to carry.
 func expSum(dst, x []float32, m float32) float32 {
 	var acc vf
-	mv := splat(m)
+	mv, lo := splat(m), kExpLo.v()
 	dst = dst[:len(x)]
 	n := full(len(x))
 	for i := 0; i < n; i += W {
-		d := load(x, i).Sub(mv)
-		e := withNaN(expScale(expArg(d)), d)
+		e := expScale(expReduce(load(x, i).Sub(mv).Max(lo)))
 		store(e, dst, i)
 		acc = acc.Add(e)
 	}
 	if n < len(x) {
-		d := loadPart(x[n:]).Sub(mv)
-		e := withNaN(expScale(expArg(d)), d)
+		e := expScale(expReduce(loadPart(x[n:]).Sub(mv).Max(lo)))
 		storePart(e, dst[n:])
 		acc = acc.Add(e.Merge(zero(), lanes(len(x)-n)))
 	}
@@ -543,17 +546,25 @@ func bf16ToF32(dst []float32, src []uint16) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func roundBF16(u vi) vi {
+// roundBF16High rounds float32 bits u to bfloat16, nearest even, and
+// leaves the result in the upper 16 bits (a NaN quieted, not rounded: a
+// carry out of its mantissa would make it infinite).
+func roundBF16High(u vi) vi {
 	odd := u.ShiftAllRight(16).And(asI(kLowBit.v()))
-	r := u.Add(asI(kHalfULP.v())).Add(odd).ShiftAllRight(16)
-	quiet := u.ShiftAllRight(16).Or(asI(kQuietBit.v()))
-	return quiet.Merge(r, u.And(asI(kAbsBits.v())).Greater(asI(kInfBits.v())))
+	r := u.Add(asI(kHalfULP.v())).Add(odd)
+	return u.Or(asI(kQuietBit.v())).Merge(r, u.And(asI(kAbsBits.v())).Greater(asI(kInfBits.v())))
 }
+
+func roundBF16(u vi) vi { return roundBF16High(u).ShiftAllRight(16) }
 
 func f32ToBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	n := full(len(src))
-	for i := 0; i < n; i += W {
+	i := 0
+	for ; i+2*W <= n; i += 2 * W {
+		storeHighHalves(roundBF16High(asI(load(src, i))), roundBF16High(asI(load(src, i+W))), dst, i)
+	}
+	for ; i < n; i += W {
 		storeU16(roundBF16(asI(load(src, i))), dst, i)
 	}
 	if n < len(src) {
