@@ -54,6 +54,11 @@ func narrow(v vi) archsimd.Uint16x8 {
 	return v.GetLo().SaturateToUint16Concat(v.GetHi())
 }
 
+// sumTo4 and maxTo4 fold v's halves together down to 4 lanes, for the
+// horizontal reductions.
+func sumTo4(v vf) archsimd.Float32x4 { return v.GetLo().Add(v.GetHi()) }
+func maxTo4(v vf) archsimd.Float32x4 { return v.GetLo().Max(v.GetHi()) }
+
 // lanes is true in the first n lanes (all of them for n >= W).
 func lanes(n int) archsimd.Mask32x8 {
 	return archsimd.LoadInt32x8Slice(laneTable[W-min(n, W):]).Less(splatI(0))

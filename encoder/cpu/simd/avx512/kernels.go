@@ -65,14 +65,13 @@ func zero() (z vf) { return }
 
 // hsum adds the lanes of v; it ends the vector section.
 func hsum(v vf) float32 {
-	var b [W]float32
-	v.Store(&b)
+	q := sumTo4(v)
+	q = q.AddPairs(q)
+	q = q.AddPairs(q)
+	var b [4]float32
+	q.Store(&b)
 	archsimd.ClearAVXUpperBits()
-	var s float32
-	for _, x := range b {
-		s += x
-	}
-	return s
+	return b[0]
 }
 
 // full is len(x) rounded down to whole vectors.
@@ -144,12 +143,12 @@ func maxOf(x []float32) float32 {
 		m = m.Max(v)
 		nan = v.Merge(nan, v.IsNaN())
 	}
-	var b [W]float32
-	m.Store(&b)
+	var b [4]float32
+	maxTo4(m).Store(&b)
 	if s := hsum(nan); s != s {
 		return s
 	}
-	return simd.Portable.Max(b[:])
+	return max(b[0], b[1], b[2], b[3])
 }
 
 // Constant vectors for the transcendental pieces, loaded from memory: Go

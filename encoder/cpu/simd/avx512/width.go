@@ -60,6 +60,17 @@ func loadU16Part(s []uint16) vi {
 }
 func storeU16Part(v vi, s []uint16) { v.AsUint32x16().TruncateToUint16().StoreSlicePart(s) }
 
+// sumTo4 and maxTo4 fold v's halves together down to 4 lanes, for the
+// horizontal reductions.
+func sumTo4(v vf) archsimd.Float32x4 {
+	h := v.GetLo().Add(v.GetHi())
+	return h.GetLo().Add(h.GetHi())
+}
+func maxTo4(v vf) archsimd.Float32x4 {
+	h := v.GetLo().Max(v.GetHi())
+	return h.GetLo().Max(h.GetHi())
+}
+
 // lanes is true in the first n lanes (all of them for n >= W).
 func lanes(n int) archsimd.Mask32x16 {
 	return archsimd.LoadInt32x16Slice(laneTable[W-min(n, W):]).Less(splatI(0))
