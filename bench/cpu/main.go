@@ -24,10 +24,11 @@ import (
 )
 
 var (
-	out  = flag.String("out", "", "write the markdown table here too")
-	reps = flag.Int("reps", 15, "timed repetitions per measurement (the median is reported)")
-	only = flag.String("ops", "", "run only the ops whose name contains this (all when empty)")
-	prof = flag.String("cpuprofile", "", "write a CPU profile here (capi/default.pgo is one: see the Makefile's pgo target)")
+	out     = flag.String("out", "", "write the markdown table here too")
+	reps    = flag.Int("reps", 15, "timed repetitions per measurement (the median is reported)")
+	fastest = flag.Bool("min", false, "report the fastest run instead of the median (for A/B comparisons on a noisy machine)")
+	only    = flag.String("ops", "", "run only the ops whose name contains this (all when empty)")
+	prof    = flag.String("cpuprofile", "", "write a CPU profile here (capi/default.pgo is one: see the Makefile's pgo target)")
 )
 
 var shapes = [][2]int64{{4096, 4096}, {16384, 1024}, {256, 65536}}
@@ -61,10 +62,14 @@ func main() {
 	emit("")
 	emit(fmt.Sprintf("`make bench` on %s, %d threads, kernels: %s, %s. GB/s counts bytes read plus bytes written; "+
 		"`copy` is a multi-threaded copy of a buffer of the same size in the same run (read + write); ratio = op / copy. "+
-		"Median of %d runs.", cpuModel(), cpu.Threads(), cpu.K().Name, runtime.Version(), *reps))
+		"Median of %d runs. `in cache` is the op's arithmetic alone: its rate on one thread over a tensor of the "+
+		"same width small enough to stay in cache (64K elements, 2 rows at least, each call repeated %d times), times "+
+		"the thread count (perfect scaling; timed on all threads, a call this short would measure waking them); "+
+		"`ceiling` = in cache / copy, the most the ratio could be if memory cost nothing.", cpuModel(), cpu.Threads(),
+		cpu.K().Name, runtime.Version(), *reps, cachedRepeats))
 	emit("")
-	emit("| op | dtype | shape | time ms | GB/s | copy GB/s | ratio |")
-	emit("|---|---|---|---:|---:|---:|---:|")
+	emit("| op | dtype | shape | time ms | GB/s | copy GB/s | ratio | in cache GB/s | ceiling |")
+	emit("|---|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, o := range ops() {
 		if !strings.Contains(o.name, *only) {
 			continue
@@ -81,7 +86,9 @@ func main() {
 				t := median(run)
 				c := copyTime(bytes / 2)
 				gbs, cgbs := float64(bytes)/t/1e9, float64(bytes)/c/1e9
-				emit(fmt.Sprintf("| %s | %s | %d×%d | %.2f | %.1f | %.1f | %.2f |", o.name, dt, sh[0], sh[1], t*1e3, gbs, cgbs, gbs/cgbs))
+				cached := cachedGBs(o, dt, sh[1])
+				emit(fmt.Sprintf("| %s | %s | %d×%d | %.2f | %.1f | %.1f | %.2f | %.1f | %.2f |", o.name, dt, sh[0], sh[1],
+					t*1e3, gbs, cgbs, gbs/cgbs, cached, cached/cgbs))
 			}
 		}
 	}
@@ -128,7 +135,31 @@ func median(run func() error) float64 {
 		ts[i] = time.Since(t0).Seconds()
 	}
 	sort.Float64s(ts)
+	if *fastest {
+		return ts[0]
+	}
 	return ts[len(ts)/2]
+}
+
+// cachedRepeats is how many calls one timing of cachedGBs makes.
+const cachedRepeats = 50
+
+// cachedGBs is o's rate on one thread over a tensor of width cols that
+// stays in cache, times the thread count.
+func cachedGBs(o op, dt core.DType, cols int64) float64 {
+	threads := cpu.SetThreads(1)
+	defer cpu.SetThreads(threads)
+	rows := max(2, (1<<16)/cols)
+	run := o.setup(dt, []int64{rows, cols})
+	t := median(func() error {
+		for range cachedRepeats {
+			if err := run(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return float64(int64(o.tensors)*rows*cols*int64(dt.Size())) * cachedRepeats / t / 1e9 * float64(threads)
 }
 
 // copyTime is the median time of a multi-threaded copy of n bytes.

@@ -28,6 +28,10 @@ func init() {
 // Threads is how many goroutines one call may use.
 func Threads() int { return int(threads.Load()) }
 
+// SetThreads changes Threads (benchmarks time one core with 1) and returns
+// the previous value.
+func SetThreads(n int) int { return int(threads.Swap(int32(max(n, 1)))) }
+
 // Chunk is the number of elements elementwise kernels handle at once: small
 // enough that a few float32 chunks per worker stay in L1.
 const Chunk = 1024
