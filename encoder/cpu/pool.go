@@ -51,6 +51,13 @@ func (s *Scratch) Buf(i, n int) []float32 {
 
 var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
 
+// CallScratch is a Scratch for a whole call (its per-column vectors), apart
+// from the workers'; release gives it back.
+func CallScratch() (s *Scratch, release func()) {
+	s = scratchPool.Get().(*Scratch)
+	return s, func() { scratchPool.Put(s) }
+}
+
 // Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), each piece
 // at least grain long where n allows, and returns when all are done.
 func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {

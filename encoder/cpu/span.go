@@ -93,15 +93,13 @@ func Float32s(p unsafe.Pointer, n int) []float32 {
 	return unsafe.Slice((*float32)(p), n)
 }
 
-// Vector is a whole per-column tensor (weight, bias) as float32, converted
-// once per call when it is 16-bit; nil for an absent one.
-func Vector(v *core.View) []float32 {
+// Vector is a whole per-column tensor (weight, bias) as float32: its own
+// memory for float32, else converted once per call into buffer i of s (a
+// call-level Scratch from CallScratch, so that no call allocates); nil for
+// an absent one.
+func Vector(v *core.View, s *Scratch, i int) []float32 {
 	if v == nil {
 		return nil
 	}
-	s := RowSpan(v, 0)
-	if s.DT == core.F32 {
-		return s.f32(0, v.Cols)
-	}
-	return s.Load(0, make([]float32, v.Cols))
+	return RowSpan(v, 0).Load(0, s.Buf(i, v.Cols))
 }

@@ -131,7 +131,9 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	if b.x.DeviceType == core.DeviceCUDA {
 		return normBwdCUDA(b, nil, rv, gs, wsv, enc)
 	}
-	cols, w, rs := b.x.Cols, cpu.Vector(b.w), rowStats(rv, b.x.Rows)
+	vs, release := cpu.CallScratch()
+	defer release()
+	cols, w, rs := b.x.Cols, cpu.Vector(b.w, vs, 0), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k := cpu.K()
 		dys, xs, g := b.rows(r, w, s)
@@ -160,7 +162,9 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	if b.x.DeviceType == core.DeviceCUDA {
 		return normBwdCUDA(b, mv, rv, gs, wsv, enc)
 	}
-	cols, w := b.x.Cols, cpu.Vector(b.w)
+	vs, release := cpu.CallScratch()
+	defer release()
+	cols, w := b.x.Cols, cpu.Vector(b.w, vs, 0)
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k := cpu.K()

@@ -56,7 +56,9 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 	if xv.DeviceType == core.DeviceCUDA {
 		return rmsnormFwdCUDA(xv, wv, yv, rv, eps, enc)
 	}
-	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv), xv.Cols
+	vs, release := cpu.CallScratch()
+	defer release()
+	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, 0), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
@@ -94,7 +96,9 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 	if xv.DeviceType == core.DeviceCUDA {
 		return fusedAddRMSNormFwdCUDA(xv, resv, wv, yv, rov, rv, eps, enc)
 	}
-	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv), xv.Cols
+	vs, release := cpu.CallScratch()
+	defer release()
+	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, 0), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
@@ -157,7 +161,9 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 		return layernormFwdCUDA(xv, wv, bv, yv, mv, rv, eps, enc)
 	}
 	ms, rs := rowStats(mv, xv.Rows), rowStats(rv, xv.Rows)
-	w, b, cols := cpu.Vector(wv), cpu.Vector(bv), xv.Cols
+	vs, release := cpu.CallScratch()
+	defer release()
+	w, b, cols := cpu.Vector(wv, vs, 0), cpu.Vector(bv, vs, 1), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
