@@ -142,7 +142,7 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 		if partial != nil {
 			k.FMAcc(partial, dys, xs, inv)
 		}
-		writeRow(cpu.RowSpan(b.dx, r), cols, s, func(out []float32) { k.NormGrad(out, g, xs, c, 0, inv) })
+		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xs, c, 0, inv) })
 	}
 	reduceRows(b.x.Rows, cols, 1, wsv, gs, row)
 	return nil
@@ -177,7 +177,7 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 			k.FMAcc(partial[:cols], dys, xhat, 1)
 			k.Add(partial[cols:], partial[cols:], dys)
 		}
-		writeRow(cpu.RowSpan(b.dx, r), cols, s, func(out []float32) { k.NormGrad(out, g, xhat, c, a, inv) })
+		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xhat, c, a, inv) })
 	}
 	reduceRows(b.x.Rows, cols, 2, wsv, gs, row)
 	return nil

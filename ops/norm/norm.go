@@ -32,7 +32,6 @@ func rowInput(c *core.Call, name string, t *core.Tensor) *core.View {
 // Scratch buffer slots of the row kernels.
 const (
 	bufX = iota
-	bufY
 	bufDY
 	bufG
 	bufXhat
@@ -64,7 +63,7 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 		for r := lo; r < hi; r++ {
 			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
 			inv := rmsInv(k.SumSq(xs), cols, eps)
-			writeRow(cpu.RowSpan(yv, r), cols, s, func(out []float32) { k.Normalize(out, xs, w, nil, 0, inv) })
+			writeRow(cpu.RowSpan(yv, r), xs, func(out []float32) { k.Normalize(out, xs, w, nil, 0, inv) })
 			if rs != nil {
 				rs[r] = inv
 			}
@@ -112,7 +111,7 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 				sum = ro.Load(0, sum)
 			}
 			inv := rmsInv(k.SumSq(sum), cols, eps)
-			writeRow(cpu.RowSpan(yv, r), cols, s, func(out []float32) { k.Normalize(out, sum, w, nil, 0, inv) })
+			writeRow(cpu.RowSpan(yv, r), sum, func(out []float32) { k.Normalize(out, sum, w, nil, 0, inv) })
 			if rs != nil {
 				rs[r] = inv
 			}
@@ -122,8 +121,10 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 }
 
 // writeRow lets f compute a row of y into float32 memory and stores it.
-func writeRow(y cpu.Span, cols int, s *cpu.Scratch, f func(out []float32)) {
-	out := y.Out(0, s.Buf(bufY, cols))
+// For a 16-bit y that memory is over, a row of scratch f reads elementwise
+// (its input): writing over it keeps one buffer fewer in L1.
+func writeRow(y cpu.Span, over []float32, f func(out []float32)) {
+	out := y.Out(0, over)
 	f(out)
 	y.Store(0, out)
 }
@@ -169,7 +170,7 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 		for r := lo; r < hi; r++ {
 			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
 			mu, inv := meanRstd(xs, eps, s)
-			writeRow(cpu.RowSpan(yv, r), cols, s, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
+			writeRow(cpu.RowSpan(yv, r), xs, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
 			if ms != nil {
 				ms[r] = mu
 			}

@@ -31,7 +31,7 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 		for r := lo; r < hi; r++ {
 			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(0, cols))
 			y := cpu.RowSpan(yv, r)
-			e := y.Out(0, s.Buf(1, cols))
+			e := y.Out(0, xs) // 16-bit: over x's float32 row, one buffer fewer in L1
 			if m := k.Max(xs); finite(m) {
 				k.Normalize(e, e, nil, nil, 0, 1/k.ExpSum(e, xs, m))
 			} else {
@@ -75,7 +75,7 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(0, cols))
 			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(1, cols))
 			dx := cpu.RowSpan(dxv, r)
-			out := dx.Out(0, s.Buf(2, cols))
+			out := dx.Out(0, dys) // 16-bit: over dy's float32 row
 			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
 			dx.Store(0, out)
 		}
