@@ -137,6 +137,19 @@ func TestPrimitives(t *testing.T) {
 			near("Sum", float64(k.Sum(a)), sum)
 			near("SumSq", float64(k.SumSq(a)), sumSq)
 			near("Dot", float64(k.Dot(a, b)), dot)
+			s, dt := k.SumDot(a, b)
+			near("SumDot sum", float64(s), sum)
+			near("SumDot dot", float64(dt), dot)
+			g := make([]float32, n)
+			s, dt = k.MulSumDot(g, a, c, b)
+			var gSum, gDot float64
+			for i := range n {
+				gi := float64(a[i]) * float64(c[i])
+				gSum += gi
+				gDot += gi * float64(b[i])
+			}
+			near("MulSumDot sum", float64(s), gSum)
+			near("MulSumDot dot", float64(dt), gDot)
 			if n > 0 {
 				require.Equal(t, float32(mx), k.Max(a), "%s Max n=%d", k.Name, n)
 			}
@@ -173,6 +186,11 @@ func TestPrimitives(t *testing.T) {
 			acc := append([]float32(nil), d...)
 			k.FMAcc(acc, a, b, 3)
 			each("FMAcc", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*float64(b[i])*3 })
+			acc, acc2 := append(acc[:0], d...), append([]float32(nil), c...)
+			k.AccMulSum(acc, acc2, a, b)
+			each("AccMulSum a*b", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*float64(b[i]) })
+			each("AccMulSum a", acc2, func(i int) float64 { return float64(c[i]) + float64(a[i]) })
+			each("MulSumDot g", g, func(i int) float64 { return float64(a[i]) * float64(c[i]) })
 			acc = append(acc[:0], d...)
 			k.Axpy(acc, a, -1.5)
 			each("Axpy", acc, func(i int) float64 { return float64(d[i]) - 1.5*float64(a[i]) })

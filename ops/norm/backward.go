@@ -136,9 +136,10 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	cols, w, rs := b.x.Cols, cpu.Vector(b.w, vs, 0), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k := cpu.K()
-		dys, xs, g := b.rows(r, w, s)
+		dys, xs := b.rows(r, s)
+		g, _, dot := weighted(dys, xs, w, s)
 		inv := rs[r]
-		c := k.Dot(g, xs) * inv * inv / float32(cols)
+		c := dot * inv * inv / float32(cols)
 		if partial != nil {
 			k.FMAcc(partial, dys, xs, inv)
 		}
@@ -168,14 +169,14 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k := cpu.K()
-		dys, xs, g := b.rows(r, w, s)
+		dys, xs := b.rows(r, s)
 		inv := rs[r]
 		xhat := s.Buf(bufXhat, cols)
 		k.Normalize(xhat, xs, nil, nil, ms[r], inv)
-		a, c := k.Sum(g)/float32(cols), k.Dot(g, xhat)/float32(cols)
-		if partial != nil {
-			k.FMAcc(partial[:cols], dys, xhat, 1)
-			k.Add(partial[cols:], partial[cols:], dys)
+		g, sumG, dotGX := weighted(dys, xhat, w, s)
+		a, c := sumG/float32(cols), dotGX/float32(cols)
+		if partial != nil { // dweight's and dbias's
+			k.AccMulSum(partial[:cols], partial[cols:], dys, xhat)
 		}
 		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xhat, c, a, inv) })
 	}
@@ -183,18 +184,23 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	return nil
 }
 
-// rows loads row r of dy and x and forms g = dy * w (dy itself without a
-// weight).
-func (b *bwdCall) rows(r int, w []float32, s *cpu.Scratch) (dy, x, g []float32) {
+// rows loads row r of dy and x.
+func (b *bwdCall) rows(r int, s *cpu.Scratch) (dy, x []float32) {
 	cols := b.x.Cols
-	dy = cpu.RowSpan(b.dy, r).Load(0, s.Buf(bufDY, cols))
-	x = cpu.RowSpan(b.x, r).Load(0, s.Buf(bufX, cols))
+	return cpu.RowSpan(b.dy, r).Load(0, s.Buf(bufDY, cols)), cpu.RowSpan(b.x, r).Load(0, s.Buf(bufX, cols))
+}
+
+// weighted is g = dy * w (dy itself without a weight) with the sum of g
+// and its dot product with v, in one pass.
+func weighted(dy, v, w []float32, s *cpu.Scratch) (g []float32, sum, dot float32) {
+	k := cpu.K()
 	if w == nil {
-		return dy, x, dy
+		sum, dot = k.SumDot(dy, v)
+		return dy, sum, dot
 	}
-	g = s.Buf(bufG, cols)
-	cpu.K().Mul(g, dy, w)
-	return dy, x, g
+	g = s.Buf(bufG, len(dy))
+	sum, dot = k.MulSumDot(g, dy, w, v)
+	return g, sum, dot
 }
 
 // reduceRows runs row(r, partial, scratch) over all rows. Without requested

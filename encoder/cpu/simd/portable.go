@@ -45,6 +45,19 @@ var Portable = Table{
 			dst[i] = y[i] * (dy[i] - d)
 		}
 	},
+	SumDot: sumDot,
+	MulSumDot: func(g, a, w, b []float32) (float32, float32) {
+		for i := range g {
+			g[i] = a[i] * w[i]
+		}
+		return sumDot(g, b)
+	},
+	AccMulSum: func(accAB, accA, a, b []float32) {
+		for i := range accAB {
+			accAB[i] += a[i] * b[i]
+			accA[i] += a[i]
+		}
+	},
 	FMAcc: func(acc, a, b []float32, s float32) {
 		for i := range acc {
 			acc[i] += a[i] * b[i] * s
@@ -70,6 +83,10 @@ var Portable = Table{
 }
 
 var negInf = float32(math.Inf(-1))
+
+func sumDot(a, b []float32) (float32, float32) {
+	return sum(a), reduce(a, b, func(a, b float32) float32 { return a * b })
+}
 
 func sum(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) }
 

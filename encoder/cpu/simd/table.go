@@ -15,6 +15,10 @@ type Table struct {
 	SumSq func(x []float32) float32
 	Max   func(x []float32) float32
 	Dot   func(a, b []float32) float32
+	// SumDot is Sum(a) and Dot(a, b) in one pass; MulSumDot stores
+	// g = a * w and returns SumDot(g, b), also in one pass.
+	SumDot    func(a, b []float32) (sum, dot float32)
+	MulSumDot func(g, a, w, b []float32) (sum, dot float32)
 	// ExpSum stores dst = exp(x - m) and returns its sum; m is finite and
 	// at least every x (a row's maximum), and x holds no NaN.
 	ExpSum func(dst, x []float32, m float32) float32
@@ -29,6 +33,8 @@ type Table struct {
 	SoftmaxGrad func(dst, y, dy []float32, d float32)
 	// FMAcc is acc += a * b * s.
 	FMAcc func(acc, a, b []float32, s float32)
+	// AccMulSum is accAB += a * b and accA += a in one pass.
+	AccMulSum func(accAB, accA, a, b []float32)
 	// Axpy is dst += s * x.
 	Axpy func(dst, x []float32, s float32)
 	// Reflect applies the Householder reflector I - tau*v*v^T from the left

@@ -23,6 +23,8 @@ var Table = simd.Table{
 	SumSq:        sumSq,
 	Max:          maxOf,
 	Dot:          dot,
+	SumDot:       sumDot,
+	MulSumDot:    mulSumDot,
 	ExpSum:       expSum,
 	Add:          add,
 	Mul:          mul,
@@ -30,6 +32,7 @@ var Table = simd.Table{
 	NormGrad:     normGrad,
 	SoftmaxGrad:  softmaxGrad,
 	FMAcc:        fmAcc,
+	AccMulSum:    accMulSum,
 	Axpy:         axpy,
 	AdamW:        adamW,
 	Reflect:      reflect,
@@ -129,6 +132,52 @@ func dot(a, b []float32) float32 {
 		a1 = loadPart(a[n:]).MulAdd(loadPart(b[n:]), a1)
 	}
 	return hsum(a0.Add(a1))
+}
+
+func sumDot(a, b []float32) (float32, float32) {
+	var s0, s1, d0, d1 vf
+	b = b[:len(a)]
+	i, n := 0, full(len(a))
+	for ; i+2*W <= n; i += 2 * W {
+		a0, a1 := load(a, i), load(a, i+W)
+		s0, s1 = s0.Add(a0), s1.Add(a1)
+		d0, d1 = a0.MulAdd(load(b, i), d0), a1.MulAdd(load(b, i+W), d1)
+	}
+	for ; i < n; i += W {
+		a0 := load(a, i)
+		s0, d0 = s0.Add(a0), a0.MulAdd(load(b, i), d0)
+	}
+	if n < len(a) {
+		a1 := loadPart(a[n:])
+		s1, d1 = s1.Add(a1), a1.MulAdd(loadPart(b[n:]), d1)
+	}
+	d := d0.Add(d1)
+	return hsum(s0.Add(s1)), hsum(d)
+}
+
+func mulSumDot(g, a, w, b []float32) (float32, float32) {
+	var s0, s1, d0, d1 vf
+	a, w, b = a[:len(g)], w[:len(g)], b[:len(g)]
+	i, n := 0, full(len(g))
+	for ; i+2*W <= n; i += 2 * W {
+		g0, g1 := load(a, i).Mul(load(w, i)), load(a, i+W).Mul(load(w, i+W))
+		store(g0, g, i)
+		store(g1, g, i+W)
+		s0, s1 = s0.Add(g0), s1.Add(g1)
+		d0, d1 = g0.MulAdd(load(b, i), d0), g1.MulAdd(load(b, i+W), d1)
+	}
+	for ; i < n; i += W {
+		g0 := load(a, i).Mul(load(w, i))
+		store(g0, g, i)
+		s0, d0 = s0.Add(g0), g0.MulAdd(load(b, i), d0)
+	}
+	if n < len(g) {
+		g1 := loadPart(a[n:]).Mul(loadPart(w[n:]))
+		storePart(g1, g[n:])
+		s1, d1 = s1.Add(g1), g1.MulAdd(loadPart(b[n:]), d1)
+	}
+	d := d0.Add(d1)
+	return hsum(s0.Add(s1)), hsum(d)
 }
 
 // maxOf propagates NaN like the portable Max: a lane that saw NaN stays NaN.
@@ -518,6 +567,22 @@ func fmAcc(acc, a, b []float32, s float32) {
 	}
 	if n < len(acc) {
 		storePart(loadPart(a[n:]).Mul(loadPart(b[n:])).MulAdd(sv, loadPart(acc[n:])), acc[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+func accMulSum(accAB, accA, a, b []float32) {
+	accA, a, b = accA[:len(accAB)], a[:len(accAB)], b[:len(accAB)]
+	n := full(len(accAB))
+	for i := 0; i < n; i += W {
+		av := load(a, i)
+		store(av.MulAdd(load(b, i), load(accAB, i)), accAB, i)
+		store(load(accA, i).Add(av), accA, i)
+	}
+	if n < len(accAB) {
+		av := loadPart(a[n:])
+		storePart(av.MulAdd(loadPart(b[n:]), loadPart(accAB[n:])), accAB[n:])
+		storePart(loadPart(accA[n:]).Add(av), accA[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
