@@ -140,6 +140,15 @@ func TestPrimitives(t *testing.T) {
 			s, dt := k.SumDot(a, b)
 			near("SumDot sum", float64(s), sum)
 			near("SumDot dot", float64(dt), dot)
+			var shSum, shSq float64
+			for i := range n {
+				d := float64(a[i]) - 0.75
+				shSum += d
+				shSq += d * d
+			}
+			s, dt = k.ShiftedSums(a, 0.75)
+			near("ShiftedSums sum", float64(s), shSum)
+			near("ShiftedSums sumSq", float64(dt), shSq)
 			g := make([]float32, n)
 			s, dt = k.MulSumDot(g, a, c, b)
 			var gSum, gDot float64

@@ -169,7 +169,7 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
 			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
-			mu, inv := meanRstd(xs, eps, s)
+			mu, inv := meanRstd(xs, eps)
 			writeRow(cpu.RowSpan(yv, r), xs, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
 			if ms != nil {
 				ms[r] = mu
@@ -185,12 +185,10 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 // meanRstd is a row's mean and 1/sqrt(var + eps), from the sums of the row
 // shifted by its first element: the shift keeps both sums small when the
 // mean is large against the spread, where plain sums lose the variance.
-func meanRstd(x []float32, eps float32, s *cpu.Scratch) (float32, float32) {
-	k := cpu.K()
+func meanRstd(x []float32, eps float32) (float32, float32) {
 	n, shift := float64(len(x)), x[0]
-	d := s.Buf(bufXhat, len(x))
-	k.Normalize(d, x, nil, nil, shift, 1)
-	m := float64(k.Sum(d)) / n
-	variance := max(float64(k.SumSq(d))/n-m*m, 0)
+	sum, sq := cpu.K().ShiftedSums(x, shift)
+	m := float64(sum) / n
+	variance := max(float64(sq)/n-m*m, 0)
 	return float32(m + float64(shift)), float32(1 / math.Sqrt(variance+float64(eps)))
 }

@@ -46,6 +46,15 @@ var Portable = Table{
 		}
 	},
 	SumDot: sumDot,
+	ShiftedSums: func(x []float32, shift float32) (float32, float32) {
+		var s, ss float32
+		for _, v := range x {
+			d := v - shift
+			s += d
+			ss += d * d
+		}
+		return s, ss
+	},
 	MulSumDot: func(g, a, w, b []float32) (float32, float32) {
 		for i := range g {
 			g[i] = a[i] * w[i]

@@ -17,8 +17,10 @@ type Table struct {
 	Dot   func(a, b []float32) float32
 	// SumDot is Sum(a) and Dot(a, b) in one pass; MulSumDot stores
 	// g = a * w and returns SumDot(g, b), also in one pass.
-	SumDot    func(a, b []float32) (sum, dot float32)
-	MulSumDot func(g, a, w, b []float32) (sum, dot float32)
+	SumDot func(a, b []float32) (sum, dot float32)
+	// ShiftedSums is Sum and SumSq of x - shift, in one pass.
+	ShiftedSums func(x []float32, shift float32) (sum, sumSq float32)
+	MulSumDot   func(g, a, w, b []float32) (sum, dot float32)
 	// ExpSum stores dst = exp(x - m) and returns its sum; m is finite and
 	// at least every x (a row's maximum), and x holds no NaN.
 	ExpSum func(dst, x []float32, m float32) float32

@@ -24,6 +24,7 @@ var Table = simd.Table{
 	Max:          maxOf,
 	Dot:          dot,
 	SumDot:       sumDot,
+	ShiftedSums:  shiftedSums,
 	MulSumDot:    mulSumDot,
 	ExpSum:       expSum,
 	Add:          add,
@@ -178,6 +179,27 @@ func mulSumDot(g, a, w, b []float32) (float32, float32) {
 	}
 	d := d0.Add(d1)
 	return hsum(s0.Add(s1)), hsum(d)
+}
+
+func shiftedSums(x []float32, shift float32) (float32, float32) {
+	var s0, s1, q0, q1 vf
+	sv := splat(shift)
+	i, n := 0, full(len(x))
+	for ; i+2*W <= n; i += 2 * W {
+		d0, d1 := load(x, i).Sub(sv), load(x, i+W).Sub(sv)
+		s0, s1 = s0.Add(d0), s1.Add(d1)
+		q0, q1 = d0.MulAdd(d0, q0), d1.MulAdd(d1, q1)
+	}
+	for ; i < n; i += W {
+		d0 := load(x, i).Sub(sv)
+		s0, q0 = s0.Add(d0), d0.MulAdd(d0, q0)
+	}
+	if n < len(x) { // the missing lanes read 0: their d = -shift is masked out
+		d1 := loadPart(x[n:]).Sub(sv).Merge(zero(), lanes(len(x)-n))
+		s1, q1 = s1.Add(d1), d1.MulAdd(d1, q1)
+	}
+	q := q0.Add(q1)
+	return hsum(s0.Add(s1)), hsum(q)
 }
 
 // maxOf propagates NaN like the portable Max: a lane that saw NaN stays NaN.
