@@ -137,9 +137,24 @@ func TestPrimitives(t *testing.T) {
 			near("Sum", float64(k.Sum(a)), sum)
 			near("SumSq", float64(k.SumSq(a)), sumSq)
 			near("Dot", float64(k.Dot(a, b)), dot)
-			s, dt := k.SumDot(a, b)
+			const shift = 0.375
+			var dotShift float64
+			for i := range n {
+				dotShift += float64(a[i]) * (float64(b[i]) - shift)
+			}
+			s, dt := k.SumDot(a, b, shift)
 			near("SumDot sum", float64(s), sum)
-			near("SumDot dot", float64(dt), dot)
+			near("SumDot dot", float64(dt), dotShift)
+			g := make([]float32, n)
+			s, dt = k.MulSumDot(g, a, c, b, shift)
+			var gSum, gDot float64
+			for i := range n {
+				gi := float64(a[i]) * float64(c[i])
+				gSum += gi
+				gDot += gi * (float64(b[i]) - shift)
+			}
+			near("MulSumDot sum", float64(s), gSum)
+			near("MulSumDot dot", float64(dt), gDot)
 			var shSum, shSq float64
 			for i := range n {
 				d := float64(a[i]) - 0.75
@@ -149,16 +164,6 @@ func TestPrimitives(t *testing.T) {
 			s, dt = k.ShiftedSums(a, 0.75)
 			near("ShiftedSums sum", float64(s), shSum)
 			near("ShiftedSums sumSq", float64(dt), shSq)
-			g := make([]float32, n)
-			s, dt = k.MulSumDot(g, a, c, b)
-			var gSum, gDot float64
-			for i := range n {
-				gi := float64(a[i]) * float64(c[i])
-				gSum += gi
-				gDot += gi * float64(b[i])
-			}
-			near("MulSumDot sum", float64(s), gSum)
-			near("MulSumDot dot", float64(dt), gDot)
 			if n > 0 {
 				require.Equal(t, float32(mx), k.Max(a), "%s Max n=%d", k.Name, n)
 			}
@@ -188,16 +193,16 @@ func TestPrimitives(t *testing.T) {
 					return v
 				})
 			}
-			k.NormGrad(out, a, b, 0.5, 0.25, 2)
-			each("NormGrad", out, func(i int) float64 { return 2 * (float64(a[i]) - 0.5*float64(b[i]) - 0.25) })
+			k.NormGrad(out, a, b, shift, 0.5, 0.25, 2)
+			each("NormGrad", out, func(i int) float64 { return 2 * (float64(a[i]) - 0.5*(float64(b[i])-shift) - 0.25) })
 			k.SoftmaxGrad(out, a, b, 0.5)
 			each("SoftmaxGrad", out, func(i int) float64 { return float64(a[i]) * (float64(b[i]) - 0.5) })
 			acc := append([]float32(nil), d...)
 			k.FMAcc(acc, a, b, 3)
 			each("FMAcc", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*float64(b[i])*3 })
 			acc, acc2 := append(acc[:0], d...), append([]float32(nil), c...)
-			k.AccMulSum(acc, acc2, a, b)
-			each("AccMulSum a*b", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*float64(b[i]) })
+			k.AccMulSum(acc, acc2, a, b, shift, 1.5)
+			each("AccMulSum a*b", acc, func(i int) float64 { return float64(d[i]) + float64(a[i])*1.5*(float64(b[i])-shift) })
 			each("AccMulSum a", acc2, func(i int) float64 { return float64(c[i]) + float64(a[i]) })
 			each("MulSumDot g", g, func(i int) float64 { return float64(a[i]) * float64(c[i]) })
 			acc = append(acc[:0], d...)

@@ -137,13 +137,13 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k := cpu.K()
 		dys, xs := b.rows(r, s)
-		g, _, dot := weighted(dys, xs, w, s)
+		g, _, dot := weighted(dys, xs, w, 0, s)
 		inv := rs[r]
 		c := dot * inv * inv / float32(cols)
 		if partial != nil {
 			k.FMAcc(partial, dys, xs, inv)
 		}
-		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xs, c, 0, inv) })
+		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xs, 0, c, 0, inv) })
 	}
 	reduceRows(b.x.Rows, cols, 1, wsv, gs, row)
 	return nil
@@ -169,16 +169,15 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k := cpu.K()
+		// xhat = (x - mu) * inv is never stored: each pass forms x - mu
 		dys, xs := b.rows(r, s)
-		inv := rs[r]
-		xhat := s.Buf(bufXhat, cols)
-		k.Normalize(xhat, xs, nil, nil, ms[r], inv)
-		g, sumG, dotGX := weighted(dys, xhat, w, s)
-		a, c := sumG/float32(cols), dotGX/float32(cols)
+		mu, inv := ms[r], rs[r]
+		g, sumG, dotGX := weighted(dys, xs, w, mu, s)
+		a, c := sumG/float32(cols), dotGX*inv/float32(cols)
 		if partial != nil { // dweight's and dbias's
-			k.AccMulSum(partial[:cols], partial[cols:], dys, xhat)
+			k.AccMulSum(partial[:cols], partial[cols:], dys, xs, mu, inv)
 		}
-		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xhat, c, a, inv) })
+		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xs, mu, c*inv, a, inv) })
 	}
 	reduceRows(b.x.Rows, cols, 2, wsv, gs, row)
 	return nil
@@ -191,15 +190,15 @@ func (b *bwdCall) rows(r int, s *cpu.Scratch) (dy, x []float32) {
 }
 
 // weighted is g = dy * w (dy itself without a weight) with the sum of g
-// and its dot product with v, in one pass.
-func weighted(dy, v, w []float32, s *cpu.Scratch) (g []float32, sum, dot float32) {
+// and its dot product with v - shift, in one pass.
+func weighted(dy, v, w []float32, shift float32, s *cpu.Scratch) (g []float32, sum, dot float32) {
 	k := cpu.K()
 	if w == nil {
-		sum, dot = k.SumDot(dy, v)
+		sum, dot = k.SumDot(dy, v, shift)
 		return dy, sum, dot
 	}
 	g = s.Buf(bufG, len(dy))
-	sum, dot = k.MulSumDot(g, dy, w, v)
+	sum, dot = k.MulSumDot(g, dy, w, v, shift)
 	return g, sum, dot
 }
 

@@ -34,7 +34,6 @@ const (
 	bufX = iota
 	bufDY
 	bufG
-	bufXhat
 )
 
 // RMSNormFwd: y = x / sqrt(mean(x^2) + eps) * weight, rstd saved per row.

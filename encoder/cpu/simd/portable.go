@@ -35,9 +35,9 @@ var Portable = Table{
 		}
 	},
 	Normalize: NormalizeScalar,
-	NormGrad: func(dst, g, x []float32, c, d, s float32) {
+	NormGrad: func(dst, g, x []float32, shift, c, d, s float32) {
 		for i := range dst {
-			dst[i] = s * (g[i] - c*x[i] - d)
+			dst[i] = s * (g[i] - c*(x[i]-shift) - d)
 		}
 	},
 	SoftmaxGrad: func(dst, y, dy []float32, d float32) {
@@ -55,15 +55,15 @@ var Portable = Table{
 		}
 		return s, ss
 	},
-	MulSumDot: func(g, a, w, b []float32) (float32, float32) {
+	MulSumDot: func(g, a, w, b []float32, shift float32) (float32, float32) {
 		for i := range g {
 			g[i] = a[i] * w[i]
 		}
-		return sumDot(g, b)
+		return sumDot(g, b, shift)
 	},
-	AccMulSum: func(accAB, accA, a, b []float32) {
+	AccMulSum: func(accAB, accA, a, b []float32, shift, scale float32) {
 		for i := range accAB {
-			accAB[i] += a[i] * b[i]
+			accAB[i] += a[i] * scale * (b[i] - shift)
 			accA[i] += a[i]
 		}
 	},
@@ -93,8 +93,13 @@ var Portable = Table{
 
 var negInf = float32(math.Inf(-1))
 
-func sumDot(a, b []float32) (float32, float32) {
-	return sum(a), reduce(a, b, func(a, b float32) float32 { return a * b })
+func sumDot(a, b []float32, shift float32) (float32, float32) {
+	var s, d float32
+	for i, v := range a {
+		s += v
+		d += v * (b[i] - shift)
+	}
+	return s, d
 }
 
 func sum(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) }

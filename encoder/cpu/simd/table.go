@@ -15,12 +15,13 @@ type Table struct {
 	SumSq func(x []float32) float32
 	Max   func(x []float32) float32
 	Dot   func(a, b []float32) float32
-	// SumDot is Sum(a) and Dot(a, b) in one pass; MulSumDot stores
-	// g = a * w and returns SumDot(g, b), also in one pass.
-	SumDot func(a, b []float32) (sum, dot float32)
+	// SumDot is the sum of a and its dot product with b - shift, in one
+	// pass; MulSumDot stores g = a * w and returns SumDot(g, b, shift),
+	// also in one pass.
+	SumDot    func(a, b []float32, shift float32) (sum, dot float32)
+	MulSumDot func(g, a, w, b []float32, shift float32) (sum, dot float32)
 	// ShiftedSums is Sum and SumSq of x - shift, in one pass.
 	ShiftedSums func(x []float32, shift float32) (sum, sumSq float32)
-	MulSumDot   func(g, a, w, b []float32) (sum, dot float32)
 	// ExpSum stores dst = exp(x - m) and returns its sum; m is finite and
 	// at least every x (a row's maximum), and x holds no NaN.
 	ExpSum func(dst, x []float32, m float32) float32
@@ -29,14 +30,16 @@ type Table struct {
 	Mul func(dst, a, b []float32) // dst = a * b
 	// Normalize is dst = (x - mean) * rstd * w + b; w and b may be nil.
 	Normalize func(dst, x, w, b []float32, mean, rstd float32)
-	// NormGrad is dst = s * (g - c*x - d), the input gradient of both norms.
-	NormGrad func(dst, g, x []float32, c, d, s float32)
+	// NormGrad is dst = s * (g - c*(x - shift) - d), the input gradient
+	// of both norms.
+	NormGrad func(dst, g, x []float32, shift, c, d, s float32)
 	// SoftmaxGrad is dst = y * (dy - d).
 	SoftmaxGrad func(dst, y, dy []float32, d float32)
 	// FMAcc is acc += a * b * s.
 	FMAcc func(acc, a, b []float32, s float32)
-	// AccMulSum is accAB += a * b and accA += a in one pass.
-	AccMulSum func(accAB, accA, a, b []float32)
+	// AccMulSum is accAB += a * (b - shift) * scale and accA += a, in one
+	// pass.
+	AccMulSum func(accAB, accA, a, b []float32, shift, scale float32)
 	// Axpy is dst += s * x.
 	Axpy func(dst, x []float32, s float32)
 	// Reflect applies the Householder reflector I - tau*v*v^T from the left

@@ -135,29 +135,31 @@ func dot(a, b []float32) float32 {
 	return hsum(a0.Add(a1))
 }
 
-func sumDot(a, b []float32) (float32, float32) {
+func sumDot(a, b []float32, shift float32) (float32, float32) {
 	var s0, s1, d0, d1 vf
+	sv := splat(shift)
 	b = b[:len(a)]
 	i, n := 0, full(len(a))
 	for ; i+2*W <= n; i += 2 * W {
 		a0, a1 := load(a, i), load(a, i+W)
 		s0, s1 = s0.Add(a0), s1.Add(a1)
-		d0, d1 = a0.MulAdd(load(b, i), d0), a1.MulAdd(load(b, i+W), d1)
+		d0, d1 = a0.MulAdd(load(b, i).Sub(sv), d0), a1.MulAdd(load(b, i+W).Sub(sv), d1)
 	}
 	for ; i < n; i += W {
 		a0 := load(a, i)
-		s0, d0 = s0.Add(a0), a0.MulAdd(load(b, i), d0)
+		s0, d0 = s0.Add(a0), a0.MulAdd(load(b, i).Sub(sv), d0)
 	}
-	if n < len(a) {
+	if n < len(a) { // a's missing lanes read 0, so their terms are 0
 		a1 := loadPart(a[n:])
-		s1, d1 = s1.Add(a1), a1.MulAdd(loadPart(b[n:]), d1)
+		s1, d1 = s1.Add(a1), a1.MulAdd(loadPart(b[n:]).Sub(sv), d1)
 	}
 	d := d0.Add(d1)
 	return hsum(s0.Add(s1)), hsum(d)
 }
 
-func mulSumDot(g, a, w, b []float32) (float32, float32) {
+func mulSumDot(g, a, w, b []float32, shift float32) (float32, float32) {
 	var s0, s1, d0, d1 vf
+	sv := splat(shift)
 	a, w, b = a[:len(g)], w[:len(g)], b[:len(g)]
 	i, n := 0, full(len(g))
 	for ; i+2*W <= n; i += 2 * W {
@@ -165,17 +167,17 @@ func mulSumDot(g, a, w, b []float32) (float32, float32) {
 		store(g0, g, i)
 		store(g1, g, i+W)
 		s0, s1 = s0.Add(g0), s1.Add(g1)
-		d0, d1 = g0.MulAdd(load(b, i), d0), g1.MulAdd(load(b, i+W), d1)
+		d0, d1 = g0.MulAdd(load(b, i).Sub(sv), d0), g1.MulAdd(load(b, i+W).Sub(sv), d1)
 	}
 	for ; i < n; i += W {
 		g0 := load(a, i).Mul(load(w, i))
 		store(g0, g, i)
-		s0, d0 = s0.Add(g0), g0.MulAdd(load(b, i), d0)
+		s0, d0 = s0.Add(g0), g0.MulAdd(load(b, i).Sub(sv), d0)
 	}
-	if n < len(g) {
+	if n < len(g) { // g's missing lanes are 0
 		g1 := loadPart(a[n:]).Mul(loadPart(w[n:]))
 		storePart(g1, g[n:])
-		s1, d1 = s1.Add(g1), g1.MulAdd(loadPart(b[n:]), d1)
+		s1, d1 = s1.Add(g1), g1.MulAdd(loadPart(b[n:]).Sub(sv), d1)
 	}
 	d := d0.Add(d1)
 	return hsum(s0.Add(s1)), hsum(d)
@@ -554,15 +556,15 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func normGrad(dst, g, x []float32, c, d, s float32) {
-	cv, dv, sv := splat(-c), splat(d), splat(s)
+func normGrad(dst, g, x []float32, shift, c, d, s float32) {
+	shv, cv, dv, sv := splat(shift), splat(-c), splat(d), splat(s)
 	g, x = g[:len(dst)], x[:len(dst)]
 	n := full(len(dst))
 	for i := 0; i < n; i += W {
-		store(load(x, i).MulAdd(cv, load(g, i)).Sub(dv).Mul(sv), dst, i)
+		store(load(x, i).Sub(shv).MulAdd(cv, load(g, i)).Sub(dv).Mul(sv), dst, i)
 	}
 	if n < len(dst) {
-		storePart(loadPart(x[n:]).MulAdd(cv, loadPart(g[n:])).Sub(dv).Mul(sv), dst[n:])
+		storePart(loadPart(x[n:]).Sub(shv).MulAdd(cv, loadPart(g[n:])).Sub(dv).Mul(sv), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
@@ -593,17 +595,18 @@ func fmAcc(acc, a, b []float32, s float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func accMulSum(accAB, accA, a, b []float32) {
+func accMulSum(accAB, accA, a, b []float32, shift, scale float32) {
+	shv, scv := splat(shift), splat(scale)
 	accA, a, b = accA[:len(accAB)], a[:len(accAB)], b[:len(accAB)]
 	n := full(len(accAB))
 	for i := 0; i < n; i += W {
 		av := load(a, i)
-		store(av.MulAdd(load(b, i), load(accAB, i)), accAB, i)
+		store(av.Mul(scv).MulAdd(load(b, i).Sub(shv), load(accAB, i)), accAB, i)
 		store(load(accA, i).Add(av), accA, i)
 	}
 	if n < len(accAB) {
 		av := loadPart(a[n:])
-		storePart(av.MulAdd(loadPart(b[n:]), loadPart(accAB[n:])), accAB[n:])
+		storePart(av.Mul(scv).MulAdd(loadPart(b[n:]).Sub(shv), loadPart(accAB[n:])), accAB[n:])
 		storePart(loadPart(accA[n:]).Add(av), accA[n:])
 	}
 	archsimd.ClearAVXUpperBits()
