@@ -212,6 +212,59 @@ func TestPrimitives(t *testing.T) {
 	}
 }
 
+// The bfloat16 row passes against float64 on the widened row; Normalize's
+// result is within 1.5 units in the last place of the float64 value (its
+// float32 arithmetic may land on the other side of a rounding boundary), in
+// every w/b case and in place.
+func TestBF16Rows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	bf := func(h uint16) float64 { return float64(simd.BF16ToF32(h)) }
+	for _, k := range allTables(t) {
+		for _, n := range []int{1, 3, 15, 16, 17, 31, 32, 33, 63, 100, 1024} {
+			x := make([]uint16, n)
+			for i, v := range randv(rng, n) {
+				x[i] = simd.F32ToBF16(v + 10) // a mean away from 0, for the shift
+			}
+			var sq, sum, sumShifted float64
+			shift := bf(x[0])
+			for _, h := range x {
+				sq += bf(h) * bf(h)
+				sum += bf(h) - shift
+				sumShifted += (bf(h) - shift) * (bf(h) - shift)
+			}
+			near := func(what string, got, want float64) {
+				require.InDelta(t, want, got, 1e-5*(1+math.Abs(want))+1e-6*float64(n), "%s %s n=%d", k.Name, what, n)
+			}
+			near("SumSq", float64(k.BF16Rows.SumSq(x)), sq)
+			s, q := k.BF16Rows.ShiftedSums(x, float32(shift))
+			near("ShiftedSums sum", float64(s), sum)
+			near("ShiftedSums sumSq", float64(q), sumShifted)
+			w, b := randv(rng, n), randv(rng, n)
+			for _, wb := range [][2][]float32{{w, b}, {w, nil}, {nil, b}, {nil, nil}} {
+				for _, inPlace := range []bool{false, true} {
+					dst := make([]uint16, n)
+					if inPlace {
+						dst = append(dst[:0], x...)
+					}
+					k.BF16Rows.Normalize(dst, map[bool][]uint16{false: x, true: dst}[inPlace], wb[0], wb[1], 10, 0.5)
+					for i, h := range x {
+						want := (bf(h) - 10) * 0.5
+						if wb[0] != nil {
+							want *= float64(wb[0][i])
+						}
+						if wb[1] != nil {
+							want += float64(wb[1][i])
+						}
+						// within 1.5 units of bfloat16's last place (2^-7 relative)
+						require.InDelta(t, want, bf(dst[i]), 1.5*math.Abs(want)/128, "%s Normalize n=%d i=%d w=%v b=%v in place=%v",
+							k.Name, n, i, wb[0] != nil, wb[1] != nil, inPlace)
+					}
+				}
+			}
+		}
+	}
+}
+
 func randv(rng *rand.Rand, n int) []float32 {
 	v := make([]float32, n)
 	for i := range v {

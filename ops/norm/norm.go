@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"metalcore/encoder/cpu"
+	"metalcore/encoder/cpu/simd"
 	"metalcore/internal/core"
 )
 
@@ -60,9 +61,17 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
-			inv := rmsInv(k.SumSq(xs), cols, eps)
-			writeRow(cpu.RowSpan(yv, r), xs, func(out []float32) { k.Normalize(out, xs, w, nil, 0, inv) })
+			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
+			var inv float32
+			if x.DT == core.BF16 { // read and written as it is, no float32 copy
+				x16 := x.U16(0, cols)
+				inv = rmsInv(k.BF16Rows.SumSq(x16), cols, eps)
+				k.BF16Rows.Normalize(y.U16(0, cols), x16, w, nil, 0, inv)
+			} else {
+				xs := x.Load(0, s.Buf(bufX, cols))
+				inv = rmsInv(k.SumSq(xs), cols, eps)
+				writeRow(y, xs, func(out []float32) { k.Normalize(out, xs, w, nil, 0, inv) })
+			}
 			if rs != nil {
 				rs[r] = inv
 			}
@@ -167,9 +176,20 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
-			mu, inv := meanRstd(xs, eps)
-			writeRow(cpu.RowSpan(yv, r), xs, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
+			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
+			var mu, inv float32
+			if x.DT == core.BF16 { // read and written as it is, no float32 copy
+				x16 := x.U16(0, cols)
+				shift := simd.BF16ToF32(x16[0])
+				sum, sq := k.BF16Rows.ShiftedSums(x16, shift)
+				mu, inv = meanRstd(shift, sum, sq, cols, eps)
+				k.BF16Rows.Normalize(y.U16(0, cols), x16, w, b, mu, inv)
+			} else {
+				xs := x.Load(0, s.Buf(bufX, cols))
+				sum, sq := k.ShiftedSums(xs, xs[0])
+				mu, inv = meanRstd(xs[0], sum, sq, cols, eps)
+				writeRow(y, xs, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
+			}
 			if ms != nil {
 				ms[r] = mu
 			}
@@ -181,12 +201,12 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 	return nil
 }
 
-// meanRstd is a row's mean and 1/sqrt(var + eps), from the sums of the row
-// shifted by its first element: the shift keeps both sums small when the
-// mean is large against the spread, where plain sums lose the variance.
-func meanRstd(x []float32, eps float32) (float32, float32) {
-	n, shift := float64(len(x)), x[0]
-	sum, sq := cpu.K().ShiftedSums(x, shift)
+// meanRstd is a row's mean and 1/sqrt(var + eps), from the sums of its cols
+// elements shifted by its first element: the shift keeps both sums small
+// when the mean is large against the spread, where plain sums lose the
+// variance.
+func meanRstd(shift, sum, sq float32, cols int, eps float32) (float32, float32) {
+	n := float64(cols)
 	m := float64(sum) / n
 	variance := max(float64(sq)/n-m*m, 0)
 	return float32(m + float64(shift)), float32(1 / math.Sqrt(variance+float64(eps)))

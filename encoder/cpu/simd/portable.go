@@ -7,7 +7,7 @@ import "math"
 var Portable = Table{
 	Name:  "portable",
 	Sum:   sum,
-	SumSq: func(x []float32) float32 { return reduce(x, x, func(a, b float32) float32 { return a * b }) },
+	SumSq: sumSq,
 	Dot:   func(a, b []float32) float32 { return reduce(a, b, func(a, b float32) float32 { return a * b }) },
 	Max: func(x []float32) float32 {
 		m := negInf
@@ -35,6 +35,17 @@ var Portable = Table{
 		}
 	},
 	Normalize: NormalizeScalar,
+	BF16Rows: BF16Rows{
+		SumSq:       func(x []uint16) float32 { return sumSq(widenAll(x)) },
+		ShiftedSums: func(x []uint16, shift float32) (float32, float32) { return shiftedSums(widenAll(x), shift) },
+		Normalize: func(dst, x []uint16, w, b []float32, mean, rstd float32) {
+			y := widenAll(x)
+			NormalizeScalar(y, y, w, b, mean, rstd)
+			for i, v := range y {
+				dst[i] = F32ToBF16(v)
+			}
+		},
+	},
 	NormGrad: func(dst, g, x []float32, shift, c, d, s float32) {
 		for i := range dst {
 			dst[i] = s * (g[i] - c*(x[i]-shift) - d)
@@ -45,16 +56,8 @@ var Portable = Table{
 			dst[i] = y[i] * (dy[i] - d)
 		}
 	},
-	SumDot: sumDot,
-	ShiftedSums: func(x []float32, shift float32) (float32, float32) {
-		var s, ss float32
-		for _, v := range x {
-			d := v - shift
-			s += d
-			ss += d * d
-		}
-		return s, ss
-	},
+	SumDot:      sumDot,
+	ShiftedSums: shiftedSums,
 	MulSumDot: func(g, a, w, b []float32, shift float32) (float32, float32) {
 		for i := range g {
 			g[i] = a[i] * w[i]
@@ -102,6 +105,18 @@ func sumDot(a, b []float32, shift float32) (float32, float32) {
 	return s, d
 }
 
+func sumSq(x []float32) float32 { return reduce(x, x, func(a, b float32) float32 { return a * b }) }
+
+func shiftedSums(x []float32, shift float32) (float32, float32) {
+	var s, ss float32
+	for _, v := range x {
+		d := v - shift
+		s += d
+		ss += d * d
+	}
+	return s, ss
+}
+
 func sum(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) }
 
 // reduce sums f(a[i], b[i]) with four accumulators (the vector kernels'
@@ -122,6 +137,16 @@ func reduce(a, b []float32, f func(a, b float32) float32) float32 {
 }
 
 // NormalizeScalar is dst = (x - mean) * rstd * w + b with optional w, b.
+// widenAll is x widened into a new slice (the portable bfloat16 row
+// passes: fallback code, not a fast path).
+func widenAll(x []uint16) []float32 {
+	y := make([]float32, len(x))
+	for i, h := range x {
+		y[i] = BF16ToF32(h)
+	}
+	return y
+}
+
 func NormalizeScalar(dst, x, w, b []float32, mean, rstd float32) {
 	for i := range dst {
 		v := (x[i] - mean) * rstd

@@ -62,10 +62,22 @@ type Table struct {
 	GeluTanhGrad func(dst, dy, x []float32)
 	SiluGrad     func(dst, dy, x []float32)
 
+	// BF16Rows are row passes that read (and Normalize writes) bfloat16
+	// directly: widening is a shift and fuses into the pass, where a
+	// float32 copy of the row would cost two more passes.
+	BF16Rows BF16Rows
+
 	BF16ToF32 func(dst []float32, src []uint16)
 	F16ToF32  func(dst []float32, src []uint16)
 	F32ToBF16 func(dst []uint16, src []float32)
 	F32ToF16  func(dst []uint16, src []float32)
+}
+
+// BF16Rows is SumSq, ShiftedSums and Normalize on bfloat16 rows.
+type BF16Rows struct {
+	SumSq       func(x []uint16) float32
+	ShiftedSums func(x []uint16, shift float32) (sum, sumSq float32)
+	Normalize   func(dst, x []uint16, w, b []float32, mean, rstd float32)
 }
 
 // AdamW is one step's scalars, PyTorch's AdamW:

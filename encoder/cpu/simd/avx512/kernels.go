@@ -16,18 +16,23 @@ import (
 
 // Table is this ISA's implementation of every primitive.
 var Table = simd.Table{
-	Name:         isaName,
-	Sum:          sum,
-	SumSq:        sumSq,
-	Max:          maxOf,
-	Dot:          dot,
-	SumDot:       sumDot,
-	ShiftedSums:  shiftedSums,
-	MulSumDot:    mulSumDot,
-	ExpSum:       expSum,
-	Add:          add,
-	Mul:          mul,
-	Normalize:    normalize,
+	Name:        isaName,
+	Sum:         sum,
+	SumSq:       sumSq,
+	Max:         maxOf,
+	Dot:         dot,
+	SumDot:      sumDot,
+	ShiftedSums: shiftedSums,
+	MulSumDot:   mulSumDot,
+	ExpSum:      expSum,
+	Add:         add,
+	Mul:         mul,
+	Normalize:   normalize,
+	BF16Rows: simd.BF16Rows{
+		SumSq:       sumSqBF16,
+		ShiftedSums: shiftedSumsBF16,
+		Normalize:   normalizeBF16,
+	},
 	NormGrad:     normGrad,
 	SoftmaxGrad:  softmaxGrad,
 	FMAcc:        fmAcc,
@@ -554,6 +559,96 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// normVec is (x - mean) * rstd * w + b, normalizeBF16's expression for
+// every case (ones and zeros standing in for an absent w and b): a result
+// may differ from normalize's in its last float32 bit, and so, rarely, in
+// its bfloat16 rounding.
+func normVec(x, mv, rv, w, b vf) vf { return x.Sub(mv).Mul(rv).MulAdd(w, b) }
+
+// partOr is v's tail from n, or absent for a nil v.
+func partOr(v []float32, n int, absent vf) vf {
+	if v == nil {
+		return absent
+	}
+	return loadPart(v[n:])
+}
+
+// widenBF16 is bfloat16 bits (in the low half of each lane) as float32.
+func widenBF16(h vi) vf { return asF(h.ShiftAllLeft(16)) }
+
+// normalizeBF16 is normalize on bfloat16 rows, x widened and the result
+// rounded within the pass.
+func normalizeBF16(dst, x []uint16, w, b []float32, mean, rstd float32) {
+	mv, rv := splat(mean), splat(rstd)
+	x = x[:len(dst)]
+	wv, bv, wv1, bv1 := kOne.v(), zero(), kOne.v(), zero()
+	i, n := 0, full(len(dst))
+	for ; i+2*W <= n; i += 2 * W {
+		if w != nil {
+			wv, wv1 = load(w, i), load(w, i+W)
+		}
+		if b != nil {
+			bv, bv1 = load(b, i), load(b, i+W)
+		}
+		y0 := normVec(widenBF16(loadU16(x, i)), mv, rv, wv, bv)
+		y1 := normVec(widenBF16(loadU16(x, i+W)), mv, rv, wv1, bv1)
+		storeHighHalves(roundBF16High(asI(y0)), roundBF16High(asI(y1)), dst, i)
+	}
+	for ; i < n; i += W {
+		if w != nil {
+			wv = load(w, i)
+		}
+		if b != nil {
+			bv = load(b, i)
+		}
+		storeU16(roundBF16(asI(normVec(widenBF16(loadU16(x, i)), mv, rv, wv, bv))), dst, i)
+	}
+	if n < len(dst) {
+		wv, bv = partOr(w, n, wv), partOr(b, n, bv)
+		storeU16Part(roundBF16(asI(normVec(widenBF16(loadU16Part(x[n:])), mv, rv, wv, bv))), dst[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+func sumSqBF16(x []uint16) float32 {
+	var a0, a1 vf
+	i, n := 0, full(len(x))
+	for ; i+2*W <= n; i += 2 * W {
+		v0, v1 := widenBF16(loadU16(x, i)), widenBF16(loadU16(x, i+W))
+		a0, a1 = v0.MulAdd(v0, a0), v1.MulAdd(v1, a1)
+	}
+	for ; i < n; i += W {
+		v := widenBF16(loadU16(x, i))
+		a0 = v.MulAdd(v, a0)
+	}
+	if n < len(x) {
+		v := widenBF16(loadU16Part(x[n:]))
+		a1 = v.MulAdd(v, a1)
+	}
+	return hsum(a0.Add(a1))
+}
+
+func shiftedSumsBF16(x []uint16, shift float32) (float32, float32) {
+	var s0, s1, q0, q1 vf
+	sv := splat(shift)
+	i, n := 0, full(len(x))
+	for ; i+2*W <= n; i += 2 * W {
+		d0, d1 := widenBF16(loadU16(x, i)).Sub(sv), widenBF16(loadU16(x, i+W)).Sub(sv)
+		s0, s1 = s0.Add(d0), s1.Add(d1)
+		q0, q1 = d0.MulAdd(d0, q0), d1.MulAdd(d1, q1)
+	}
+	for ; i < n; i += W {
+		d0 := widenBF16(loadU16(x, i)).Sub(sv)
+		s0, q0 = s0.Add(d0), d0.MulAdd(d0, q0)
+	}
+	if n < len(x) { // the missing lanes read 0: their d = -shift is masked out
+		d1 := widenBF16(loadU16Part(x[n:])).Sub(sv).Merge(zero(), lanes(len(x)-n))
+		s1, q1 = s1.Add(d1), d1.MulAdd(d1, q1)
+	}
+	q := q0.Add(q1)
+	return hsum(s0.Add(s1)), hsum(q)
+}
+
 func normGrad(dst, g, x []float32, shift, c, d, s float32) {
 	shv, cv, dv, sv := splat(shift), splat(-c), splat(d), splat(s)
 	g, x = g[:len(dst)], x[:len(dst)]
@@ -627,10 +722,10 @@ func bf16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
 	n := full(len(src))
 	for i := 0; i < n; i += W {
-		store(asF(loadU16(src, i).ShiftAllLeft(16)), dst, i)
+		store(widenBF16(loadU16(src, i)), dst, i)
 	}
 	if n < len(src) {
-		storePart(asF(loadU16Part(src[n:]).ShiftAllLeft(16)), dst[n:])
+		storePart(widenBF16(loadU16Part(src[n:])), dst[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
