@@ -236,6 +236,24 @@ func TestBF16Rows(t *testing.T) {
 				require.InDelta(t, want, got, 1e-5*(1+math.Abs(want))+1e-6*float64(n), "%s %s n=%d", k.Name, what, n)
 			}
 			near("SumSq", float64(k.BF16Rows.SumSq(x)), sq)
+			y, sumXY := make([]uint16, n), make([]uint16, n)
+			for i, v := range randv(rng, n) {
+				y[i] = simd.F32ToBF16(v)
+			}
+			var sqXY float64
+			for i := range x { // the float32 sum rounded to bfloat16 (exact in float64 before rounding)
+				sumXY[i] = simd.F32ToBF16(float32(bf(x[i]) + bf(y[i])))
+				sqXY += bf(sumXY[i]) * bf(sumXY[i])
+			}
+			for _, inPlace := range []bool{false, true} {
+				dst, b := make([]uint16, n), y
+				if inPlace {
+					dst = append(dst[:0], y...)
+					b = dst
+				}
+				near("AddSumSq", float64(k.BF16Rows.AddSumSq(dst, x, b)), sqXY)
+				require.Equal(t, sumXY, dst, "%s AddSumSq sum n=%d in place=%v", k.Name, n, inPlace)
+			}
 			s, q := k.BF16Rows.ShiftedSums(x, float32(shift))
 			near("ShiftedSums sum", float64(s), sum)
 			near("ShiftedSums sumSq", float64(q), sumShifted)

@@ -109,17 +109,22 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
-			res := cpu.RowSpan(resv, r).Load(0, s.Buf(bufDY, cols))
-			ro := cpu.RowSpan(rov, r)
-			sum := ro.Out(0, s.Buf(bufG, cols))
-			k.Add(sum, xs, res)
-			ro.Store(0, sum)
-			if ro.DT != core.F32 { // normalize what was stored: the rounded sum
-				sum = ro.Load(0, sum)
+			x, res, ro, y := cpu.RowSpan(xv, r), cpu.RowSpan(resv, r), cpu.RowSpan(rov, r), cpu.RowSpan(yv, r)
+			var inv float32
+			if x.DT == core.BF16 { // read and written as they are, no float32 copies
+				ro16 := ro.U16(0, cols)
+				inv = rmsInv(k.BF16Rows.AddSumSq(ro16, x.U16(0, cols), res.U16(0, cols)), cols, eps)
+				k.BF16Rows.Normalize(y.U16(0, cols), ro16, w, nil, 0, inv)
+			} else {
+				sum := ro.Out(0, s.Buf(bufG, cols))
+				k.Add(sum, x.Load(0, s.Buf(bufX, cols)), res.Load(0, s.Buf(bufDY, cols)))
+				ro.Store(0, sum)
+				if ro.DT != core.F32 { // normalize what was stored: the rounded sum
+					sum = ro.Load(0, sum)
+				}
+				inv = rmsInv(k.SumSq(sum), cols, eps)
+				writeRow(y, sum, func(out []float32) { k.Normalize(out, sum, w, nil, 0, inv) })
 			}
-			inv := rmsInv(k.SumSq(sum), cols, eps)
-			writeRow(cpu.RowSpan(yv, r), sum, func(out []float32) { k.Normalize(out, sum, w, nil, 0, inv) })
 			if rs != nil {
 				rs[r] = inv
 			}

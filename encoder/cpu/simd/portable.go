@@ -36,7 +36,16 @@ var Portable = Table{
 	},
 	Normalize: NormalizeScalar,
 	BF16Rows: BF16Rows{
-		SumSq:       func(x []uint16) float32 { return sumSq(widenAll(x)) },
+		SumSq: func(x []uint16) float32 { return sumSq(widenAll(x)) },
+		AddSumSq: func(dst, a, b []uint16) float32 {
+			var q float32
+			for i := range dst {
+				dst[i] = F32ToBF16(BF16ToF32(a[i]) + BF16ToF32(b[i]))
+				v := BF16ToF32(dst[i])
+				q += v * v
+			}
+			return q
+		},
 		ShiftedSums: func(x []uint16, shift float32) (float32, float32) { return shiftedSums(widenAll(x), shift) },
 		Normalize: func(dst, x []uint16, w, b []float32, mean, rstd float32) {
 			y := widenAll(x)

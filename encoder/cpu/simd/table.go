@@ -73,9 +73,12 @@ type Table struct {
 	F32ToF16  func(dst []uint16, src []float32)
 }
 
-// BF16Rows is SumSq, ShiftedSums and Normalize on bfloat16 rows.
+// BF16Rows is SumSq, ShiftedSums and Normalize on bfloat16 rows, and
+// AddSumSq: dst = a + b rounded to bfloat16, returning the sum of squares
+// of what it stored.
 type BF16Rows struct {
 	SumSq       func(x []uint16) float32
+	AddSumSq    func(dst, a, b []uint16) float32
 	ShiftedSums func(x []uint16, shift float32) (sum, sumSq float32)
 	Normalize   func(dst, x []uint16, w, b []float32, mean, rstd float32)
 }

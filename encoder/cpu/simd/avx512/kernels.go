@@ -30,6 +30,7 @@ var Table = simd.Table{
 	Normalize:   normalize,
 	BF16Rows: simd.BF16Rows{
 		SumSq:       sumSqBF16,
+		AddSumSq:    addSumSqBF16,
 		ShiftedSums: shiftedSumsBF16,
 		Normalize:   normalizeBF16,
 	},
@@ -255,6 +256,7 @@ var (
 	kQuietBit = fill(math.Float32frombits(0x400000)) // a NaN's quiet bit
 	kAbsBits  = fill(math.Float32frombits(0x7fffffff))
 	kInfBits  = fill(math.Float32frombits(0x7f800000))
+	kHighHalf = fill(math.Float32frombits(0xffff0000)) // a bfloat16 in the upper half
 )
 
 var (
@@ -626,6 +628,32 @@ func sumSqBF16(x []uint16) float32 {
 		a1 = v.MulAdd(v, a1)
 	}
 	return hsum(a0.Add(a1))
+}
+
+func addSumSqBF16(dst, a, b []uint16) float32 {
+	var q0, q1 vf
+	a, b = a[:len(dst)], b[:len(dst)]
+	i, n := 0, full(len(dst))
+	for ; i+2*W <= n; i += 2 * W {
+		r0 := roundBF16High(asI(widenBF16(loadU16(a, i)).Add(widenBF16(loadU16(b, i)))))
+		r1 := roundBF16High(asI(widenBF16(loadU16(a, i+W)).Add(widenBF16(loadU16(b, i+W)))))
+		storeHighHalves(r0, r1, dst, i)
+		v0, v1 := asF(r0.And(asI(kHighHalf.v()))), asF(r1.And(asI(kHighHalf.v())))
+		q0, q1 = v0.MulAdd(v0, q0), v1.MulAdd(v1, q1)
+	}
+	for ; i < n; i += W {
+		r := roundBF16High(asI(widenBF16(loadU16(a, i)).Add(widenBF16(loadU16(b, i)))))
+		storeU16(r.ShiftAllRight(16), dst, i)
+		v := asF(r.And(asI(kHighHalf.v())))
+		q0 = v.MulAdd(v, q0)
+	}
+	if n < len(dst) { // the missing lanes add 0 + 0
+		r := roundBF16High(asI(widenBF16(loadU16Part(a[n:])).Add(widenBF16(loadU16Part(b[n:])))))
+		storeU16Part(r.ShiftAllRight(16), dst[n:])
+		v := asF(r.And(asI(kHighHalf.v())))
+		q1 = v.MulAdd(v, q1)
+	}
+	return hsum(q0.Add(q1))
 }
 
 func shiftedSumsBF16(x []uint16, shift float32) (float32, float32) {
