@@ -258,6 +258,47 @@ func TestBF16Rows(t *testing.T) {
 			near("ShiftedSums sum", float64(s), sum)
 			near("ShiftedSums sumSq", float64(q), sumShifted)
 			w, b := randv(rng, n), randv(rng, n)
+			dy := make([]uint16, n)
+			for i, v := range randv(rng, n) {
+				dy[i] = simd.F32ToBF16(v)
+			}
+			for _, wt := range [][]float32{w, nil} {
+				g := func(i int) float64 {
+					if wt == nil {
+						return bf(dy[i])
+					}
+					return bf(dy[i]) * float64(wt[i])
+				}
+				var gs, gd float64
+				for i := range n {
+					gs += g(i)
+					gd += g(i) * (bf(x[i]) - shift)
+				}
+				s, d := k.BF16Rows.GradDots(dy, x, wt, float32(shift))
+				near("GradDots sum", float64(s), gs)
+				near("GradDots dot", float64(d), gd)
+				for _, inPlace := range []bool{false, true} {
+					dst := make([]uint16, n)
+					if inPlace {
+						dst = append(dst[:0], dy...)
+					}
+					k.BF16Rows.NormGrad(dst, map[bool][]uint16{false: dy, true: dst}[inPlace], x, wt, float32(shift), 0.5, 0.25, 2)
+					for i := range n {
+						want := 2 * (g(i) - 0.5*(bf(x[i])-shift) - 0.25)
+						require.InDelta(t, want, bf(dst[i]), 1.5*math.Abs(want)/128+1e-4, "%s NormGrad n=%d i=%d w=%v in place=%v",
+							k.Name, n, i, wt != nil, inPlace)
+					}
+				}
+			}
+			pw, pb := randv(rng, n), randv(rng, n)
+			pw0, pb0 := append([]float32(nil), pw...), append([]float32(nil), pb...)
+			k.BF16Rows.GradAcc(pw, pb, dy, x, float32(shift), 1.5)
+			for i := range n {
+				require.InDelta(t, float64(pw0[i])+bf(dy[i])*1.5*(bf(x[i])-shift), float64(pw[i]), 1e-5*(1+math.Abs(float64(pw[i]))), "%s GradAcc pw", k.Name)
+				require.InDelta(t, float64(pb0[i])+bf(dy[i]), float64(pb[i]), 1e-5*(1+math.Abs(float64(pb[i]))), "%s GradAcc pb", k.Name)
+			}
+			k.BF16Rows.GradAcc(pw0, nil, dy, x, float32(shift), 1.5)
+			require.Equal(t, pw, pw0, "%s GradAcc without pb", k.Name)
 			for _, wb := range [][2][]float32{{w, b}, {w, nil}, {nil, b}, {nil, nil}} {
 				for _, inPlace := range []bool{false, true} {
 					dst := make([]uint16, n)

@@ -135,10 +135,18 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	defer release()
 	cols, w, rs := b.x.Cols, cpu.Vector(b.w, vs, 0), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
-		k := cpu.K()
+		k, inv := cpu.K(), rs[r]
+		if dy16, x16, dx16, ok := b.bf16Rows(r); ok { // no float32 copies
+			_, dot := k.BF16Rows.GradDots(dy16, x16, w, 0)
+			c := dot * inv * inv / float32(cols)
+			if partial != nil {
+				k.BF16Rows.GradAcc(partial, nil, dy16, x16, 0, inv)
+			}
+			k.BF16Rows.NormGrad(dx16, dy16, x16, w, 0, c, 0, inv)
+			return
+		}
 		dys, xs := b.rows(r, s)
 		g, _, dot := weighted(dys, xs, w, 0, s)
-		inv := rs[r]
 		c := dot * inv * inv / float32(cols)
 		if partial != nil {
 			k.FMAcc(partial, dys, xs, inv)
@@ -168,10 +176,18 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	cols, w := b.x.Cols, cpu.Vector(b.w, vs, 0)
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
-		k := cpu.K()
 		// xhat = (x - mu) * inv is never stored: each pass forms x - mu
+		k, mu, inv := cpu.K(), ms[r], rs[r]
+		if dy16, x16, dx16, ok := b.bf16Rows(r); ok { // no float32 copies
+			sumG, dotGX := k.BF16Rows.GradDots(dy16, x16, w, mu)
+			a, c := sumG/float32(cols), dotGX*inv/float32(cols)
+			if partial != nil {
+				k.BF16Rows.GradAcc(partial[:cols], partial[cols:], dy16, x16, mu, inv)
+			}
+			k.BF16Rows.NormGrad(dx16, dy16, x16, w, mu, c*inv, a, inv)
+			return
+		}
 		dys, xs := b.rows(r, s)
-		mu, inv := ms[r], rs[r]
 		g, sumG, dotGX := weighted(dys, xs, w, mu, s)
 		a, c := sumG/float32(cols), dotGX*inv/float32(cols)
 		if partial != nil { // dweight's and dbias's
@@ -181,6 +197,16 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	}
 	reduceRows(b.x.Rows, cols, 2, wsv, gs, row)
 	return nil
+}
+
+// bf16Rows is row r of dy, x and dx as bfloat16, for the passes that read
+// and write them as they are; ok is false for other dtypes.
+func (b *bwdCall) bf16Rows(r int) (dy, x, dx []uint16, ok bool) {
+	if b.x.DType != core.BF16 {
+		return nil, nil, nil, false
+	}
+	cols := b.x.Cols
+	return cpu.RowSpan(b.dy, r).U16(0, cols), cpu.RowSpan(b.x, r).U16(0, cols), cpu.RowSpan(b.dx, r).U16(0, cols), true
 }
 
 // rows loads row r of dy and x.

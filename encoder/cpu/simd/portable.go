@@ -47,6 +47,24 @@ var Portable = Table{
 			return q
 		},
 		ShiftedSums: func(x []uint16, shift float32) (float32, float32) { return shiftedSums(widenAll(x), shift) },
+		GradDots: func(dy, x []uint16, w []float32, shift float32) (float32, float32) {
+			return sumDot(weighted(dy, w), widenAll(x), shift)
+		},
+		GradAcc: func(pw, pb []float32, dy, x []uint16, shift, scale float32) {
+			for i := range pw {
+				d := BF16ToF32(dy[i])
+				pw[i] += d * scale * (BF16ToF32(x[i]) - shift)
+				if pb != nil {
+					pb[i] += d
+				}
+			}
+		},
+		NormGrad: func(dst, dy, x []uint16, w []float32, shift, c, d, s float32) {
+			g := weighted(dy, w)
+			for i, h := range x {
+				dst[i] = F32ToBF16(s * (g[i] - c*(BF16ToF32(h)-shift) - d))
+			}
+		},
 		Normalize: func(dst, x []uint16, w, b []float32, mean, rstd float32) {
 			y := widenAll(x)
 			NormalizeScalar(y, y, w, b, mean, rstd)
@@ -154,6 +172,17 @@ func widenAll(x []uint16) []float32 {
 		y[i] = BF16ToF32(h)
 	}
 	return y
+}
+
+// weighted is dy * w widened (dy for a nil w), in a new slice.
+func weighted(dy []uint16, w []float32) []float32 {
+	g := widenAll(dy)
+	if w != nil {
+		for i := range g {
+			g[i] *= w[i]
+		}
+	}
+	return g
 }
 
 func NormalizeScalar(dst, x, w, b []float32, mean, rstd float32) {

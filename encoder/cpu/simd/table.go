@@ -81,6 +81,13 @@ type BF16Rows struct {
 	AddSumSq    func(dst, a, b []uint16) float32
 	ShiftedSums func(x []uint16, shift float32) (sum, sumSq float32)
 	Normalize   func(dst, x []uint16, w, b []float32, mean, rstd float32)
+	// The norms' backward, g = dy * w (dy itself for a nil w) formed in
+	// each pass: GradDots is the sum of g and its dot product with
+	// x - shift; GradAcc is pw += dy * (x - shift) * scale and pb += dy
+	// (pb may be nil); NormGrad is dst = s * (g - c*(x - shift) - d).
+	GradDots func(dy, x []uint16, w []float32, shift float32) (sum, dot float32)
+	GradAcc  func(pw, pb []float32, dy, x []uint16, shift, scale float32)
+	NormGrad func(dst, dy, x []uint16, w []float32, shift, c, d, s float32)
 }
 
 // AdamW is one step's scalars, PyTorch's AdamW:

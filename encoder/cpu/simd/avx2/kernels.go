@@ -35,6 +35,9 @@ var Table = simd.Table{
 		AddSumSq:    addSumSqBF16,
 		ShiftedSums: shiftedSumsBF16,
 		Normalize:   normalizeBF16,
+		GradDots:    gradDotsBF16,
+		GradAcc:     gradAccBF16,
+		NormGrad:    normGradBF16,
 	},
 	NormGrad:     normGrad,
 	SoftmaxGrad:  softmaxGrad,
@@ -656,6 +659,80 @@ func addSumSqBF16(dst, a, b []uint16) float32 {
 		q1 = v.MulAdd(v, q1)
 	}
 	return hsum(q0.Add(q1))
+}
+
+// weightedBF16 is g = dy * w for the vector of dy's row at i (dy itself
+// without a weight).
+func weightedBF16(dy []uint16, w []float32, i int) vf {
+	g := widenBF16(loadU16(dy, i))
+	if w != nil {
+		g = g.Mul(load(w, i))
+	}
+	return g
+}
+
+func weightedBF16Part(dy []uint16, w []float32, n int) vf {
+	g := widenBF16(loadU16Part(dy[n:]))
+	if w != nil {
+		g = g.Mul(loadPart(w[n:]))
+	}
+	return g
+}
+
+func gradDotsBF16(dy, x []uint16, w []float32, shift float32) (float32, float32) {
+	var s0, d0 vf
+	sv := splat(shift)
+	x = x[:len(dy)]
+	n := full(len(dy))
+	for i := 0; i < n; i += W {
+		g := weightedBF16(dy, w, i)
+		s0, d0 = s0.Add(g), g.MulAdd(widenBF16(loadU16(x, i)).Sub(sv), d0)
+	}
+	if n < len(dy) { // g's missing lanes are 0
+		g := weightedBF16Part(dy, w, n)
+		s0, d0 = s0.Add(g), g.MulAdd(widenBF16(loadU16Part(x[n:])).Sub(sv), d0)
+	}
+	return hsum(s0), hsum(d0)
+}
+
+func gradAccBF16(pw, pb []float32, dy, x []uint16, shift, scale float32) {
+	shv, scv := splat(shift), splat(scale)
+	dy, x = dy[:len(pw)], x[:len(pw)]
+	n := full(len(pw))
+	for i := 0; i < n; i += W {
+		d := widenBF16(loadU16(dy, i))
+		store(d.Mul(scv).MulAdd(widenBF16(loadU16(x, i)).Sub(shv), load(pw, i)), pw, i)
+		if pb != nil {
+			store(load(pb, i).Add(d), pb, i)
+		}
+	}
+	if n < len(pw) {
+		d := widenBF16(loadU16Part(dy[n:]))
+		storePart(d.Mul(scv).MulAdd(widenBF16(loadU16Part(x[n:])).Sub(shv), loadPart(pw[n:])), pw[n:])
+		if pb != nil {
+			storePart(loadPart(pb[n:]).Add(d), pb[n:])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+func normGradBF16(dst, dy, x []uint16, w []float32, shift, c, d, s float32) {
+	shv, cv, dv, sv := splat(shift), splat(-c), splat(d), splat(s)
+	grad := func(g, xv vf) vi { return roundBF16High(asI(xv.Sub(shv).MulAdd(cv, g).Sub(dv).Mul(sv))) }
+	dy, x = dy[:len(dst)], x[:len(dst)]
+	i, n := 0, full(len(dst))
+	for ; i+2*W <= n; i += 2 * W {
+		r0 := grad(weightedBF16(dy, w, i), widenBF16(loadU16(x, i)))
+		r1 := grad(weightedBF16(dy, w, i+W), widenBF16(loadU16(x, i+W)))
+		storeHighHalves(r0, r1, dst, i)
+	}
+	for ; i < n; i += W {
+		storeU16(grad(weightedBF16(dy, w, i), widenBF16(loadU16(x, i))).ShiftAllRight(16), dst, i)
+	}
+	if n < len(dst) {
+		storeU16Part(grad(weightedBF16Part(dy, w, n), widenBF16(loadU16Part(x[n:]))).ShiftAllRight(16), dst[n:])
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func shiftedSumsBF16(x []uint16, shift float32) (float32, float32) {
