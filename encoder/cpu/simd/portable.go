@@ -123,25 +123,28 @@ var Portable = Table{
 
 var negInf = float32(math.Inf(-1))
 
+// sumDot and shiftedSums accumulate in float64: one float32 running sum
+// over a long row loses the low bits of every term (the vector kernels
+// keep 32 partial sums).
 func sumDot(a, b []float32, shift float32) (float32, float32) {
-	var s, d float32
+	var s, d float64
 	for i, v := range a {
-		s += v
-		d += v * (b[i] - shift)
+		s += float64(v)
+		d += float64(v * (b[i] - shift))
 	}
-	return s, d
+	return float32(s), float32(d)
 }
 
 func sumSq(x []float32) float32 { return reduce(x, x, func(a, b float32) float32 { return a * b }) }
 
 func shiftedSums(x []float32, shift float32) (float32, float32) {
-	var s, ss float32
+	var s, ss float64
 	for _, v := range x {
-		d := v - shift
+		d := float64(v - shift)
 		s += d
 		ss += d * d
 	}
-	return s, ss
+	return float32(s), float32(ss)
 }
 
 func sum(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) }
