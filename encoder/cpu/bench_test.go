@@ -21,6 +21,7 @@ func BenchmarkPrimitives(b *testing.B) {
 			"ToBF16":    func() { k.F32ToBF16(h, x) },
 			"FromBF16":  func() { k.BF16ToF32(out, h) },
 			"ToF16":     func() { k.F32ToF16(h, x) },
+			"FromF16":   func() { k.F16ToF32(out, h) },
 		}
 		for name, f := range cases {
 			b.Run(k.Name+"/"+name, func(b *testing.B) {
