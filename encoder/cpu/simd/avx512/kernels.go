@@ -523,8 +523,9 @@ func mul(dst, a, b []float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// normalize handles its optional w and b by loading ones and zeros from a
-// vector-sized array for the missing one, so one loop serves all four cases.
+// normalize has a loop per case of w and b (a branch per vector in one
+// shared loop made the weight-only case 1.4x slower in L1); without w, b
+// is loaded where present and zero otherwise.
 func normalize(dst, x, w, b []float32, mean, rstd float32) {
 	mv, rv := splat(mean), splat(rstd)
 	x = x[:len(dst)]
