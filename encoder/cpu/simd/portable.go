@@ -6,7 +6,6 @@ import "math"
 // the tail loop of the vector ones.
 var Portable = Table{
 	Name:  "portable",
-	Sum:   sum,
 	SumSq: sumSq,
 	Dot:   func(a, b []float32) float32 { return reduce(a, b, func(a, b float32) float32 { return a * b }) },
 	Max: func(x []float32) float32 {

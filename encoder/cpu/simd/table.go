@@ -11,7 +11,6 @@ package simd
 type Table struct {
 	Name string
 
-	Sum   func(x []float32) float32
 	SumSq func(x []float32) float32
 	Max   func(x []float32) float32
 	Dot   func(a, b []float32) float32
@@ -20,7 +19,7 @@ type Table struct {
 	// also in one pass.
 	SumDot    func(a, b []float32, shift float32) (sum, dot float32)
 	MulSumDot func(g, a, w, b []float32, shift float32) (sum, dot float32)
-	// ShiftedSums is Sum and SumSq of x - shift, in one pass.
+	// ShiftedSums is the sum and the sum of squares of x - shift, in one pass.
 	ShiftedSums func(x []float32, shift float32) (sum, sumSq float32)
 	// ExpSum stores dst = exp(x - m) and returns its sum; m is finite and
 	// at least every x (a row's maximum), and x holds no NaN.

@@ -19,7 +19,6 @@ import (
 // Table is this ISA's implementation of every primitive.
 var Table = simd.Table{
 	Name:        isaName,
-	Sum:         sum,
 	SumSq:       sumSq,
 	Max:         maxOf,
 	Dot:         dot,
@@ -91,22 +90,6 @@ func hsum(v vf) float32 {
 
 // full is len(x) rounded down to whole vectors.
 func full(n int) int { return n &^ (W - 1) }
-
-func sum(x []float32) float32 {
-	var a0, a1 vf
-	i, n := 0, full(len(x))
-	for ; i+2*W <= n; i += 2 * W {
-		a0 = a0.Add(load(x, i))
-		a1 = a1.Add(load(x, i+W))
-	}
-	for ; i < n; i += W {
-		a0 = a0.Add(load(x, i))
-	}
-	if n < len(x) {
-		a1 = a1.Add(loadPart(x[n:]))
-	}
-	return hsum(a0.Add(a1))
-}
 
 func sumSq(x []float32) float32 {
 	var a0, a1 vf
@@ -335,10 +318,6 @@ func expScale(t, r vf) vf {
 	e := asI(t).Sub(asI(kRoundMag.v())).Add(asI(kExpBias.v())).ShiftAllLeft(23)
 	return p.Mul(asF(e))
 }
-
-// withNaN returns y with NaN wherever x is NaN (exp's clamp loses it).
-// The activations need no such step: their results are products with x.
-func withNaN(y, x vf) vf { return x.Merge(y, x.IsNaN()) }
 
 // newton refines an estimate r of 1/q: each step doubles its bits.
 func newton(q, r vf) vf { return r.Mul(kTwo.v().Sub(q.Mul(r))) }
