@@ -21,42 +21,24 @@ func widen16(dst *float32, src *uint16, n int)
 //go:noescape
 func narrow16(dst *uint16, src *float32, n int)
 
-// F16ToF32Wide and F32ToF16Wide are F16ToF32 and F32ToF16 for CPUs with
-// AVX-512 (twice the elements an instruction).
-func F16ToF32Wide(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	n := len(src) &^ 15
-	if n > 0 {
-		widen16(&dst[0], &src[0], n)
-	}
-	F16ToF32(dst[n:], src[n:])
-}
-
-func F32ToF16Wide(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	n := len(src) &^ 15
-	if n > 0 {
-		narrow16(&dst[0], &src[0], n)
-	}
-	F32ToF16(dst[n:], src[n:])
-}
-
 // F16ToF32 widens src into dst.
-func F16ToF32(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	n := len(src) &^ 7
-	if n > 0 {
-		widen8(&dst[0], &src[0], n)
-	}
-	simd.Portable.F16ToF32(dst[n:], src[n:])
-}
+func F16ToF32(dst []float32, src []uint16) { blocks(dst, src, 8, widen8, simd.Portable.F16ToF32) }
 
 // F32ToF16 rounds src to nearest even into dst.
-func F32ToF16(dst []uint16, src []float32) {
+func F32ToF16(dst []uint16, src []float32) { blocks(dst, src, 8, narrow8, simd.Portable.F32ToF16) }
+
+// F16ToF32Wide and F32ToF16Wide are F16ToF32 and F32ToF16 for CPUs with
+// AVX-512 (twice the elements an instruction).
+func F16ToF32Wide(dst []float32, src []uint16) { blocks(dst, src, 16, widen16, F16ToF32) }
+func F32ToF16Wide(dst []uint16, src []float32) { blocks(dst, src, 16, narrow16, F32ToF16) }
+
+// blocks converts src's whole blocks of lanes elements with the assembly
+// loop and hands the rest to tail.
+func blocks[D, S any](dst []D, src []S, lanes int, loop func(*D, *S, int), tail func([]D, []S)) {
 	dst = dst[:len(src)]
-	n := len(src) &^ 7
+	n := len(src) / lanes * lanes
 	if n > 0 {
-		narrow8(&dst[0], &src[0], n)
+		loop(&dst[0], &src[0], n)
 	}
-	simd.Portable.F32ToF16(dst[n:], src[n:])
+	tail(dst[n:], src[n:])
 }
