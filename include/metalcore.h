@@ -146,8 +146,9 @@ mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, vo
  * exp_avg_sqs, max_exp_avg_sqs: float32 only, shaped like the param. All
  * tensors contiguous, on one device, no two sharing memory. Every tensor and
  * hyper-parameter is checked before any is updated (all or nothing); a
- * failure names the list and the index. On CUDA the tensor list travels in
- * the kernel parameters (one launch per 36 tensors): no device allocation. */
+ * failure names the list and the index. n_tensors is at most 2^20. On CUDA
+ * the tensor list travels in the kernel parameters (one launch per 512
+ * tensors): no device allocation. */
 mc_status mc_adamw_step(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params,
                         const mc_tensor* const* grads, mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs,
                         mc_tensor* const* max_exp_avg_sqs /* NULL unless amsgrad */, void* encoder);

@@ -197,6 +197,21 @@ func mutations() []mutation {
 			ps[i].NDim, ps[i].Shape = 2, &huge[0]
 			return op.args[i].kind != kWork
 		}},
+		{"byte_offset wrapping around", core.ErrInvalidArgument, func(_ opSpec, i int, _ []*tu.Tensor, ps []*core.Tensor) bool {
+			ps[i].ByteOffset = math.MaxUint64 - 4095 // data - 4096
+			return true
+		}},
+		{"beyond user space", core.ErrInvalidArgument, func(_ opSpec, i int, _ []*tu.Tensor, ps []*core.Tensor) bool {
+			ps[i].ByteOffset = 1 << 60
+			return true
+		}},
+		{"stride spans overflowing together", core.ErrInvalidArgument, func(op opSpec, i int, ts []*tu.Tensor, ps []*core.Tensor) bool {
+			// each dimension's span, (2-1) * (2^61 - 8), passes alone; their sum overflows
+			shape := []int64{2, 2, 2, 2, 2, 2, ts[i].Shape[len(ts[i].Shape)-1]}
+			strides := []int64{1<<61 - 8, 1<<61 - 8, 1<<61 - 8, 1<<61 - 8, 1<<61 - 8, 1<<61 - 8, 1}
+			ps[i].NDim, ps[i].Shape, ps[i].Strides = 7, &shape[0], &strides[0]
+			return op.args[i].kind != kWork
+		}},
 		{"negative size", core.ErrInvalidArgument, func(_ opSpec, i int, ts []*tu.Tensor, ps []*core.Tensor) bool {
 			sh := append([]int64(nil), ts[i].Shape...)
 			sh[0] = -3
@@ -307,6 +322,14 @@ func TestBadInputsSpecific(t *testing.T) {
 	ps = ptrs(bt)
 	ps[6].Code, ps[6].Bits = 1, 8 // uint8 workspace of too few bytes
 	checkFails(t, "small uint8 workspace", b, bt, ps, nil, core.ErrInvalidArgument, "workspace")
+	// workspaces whose byte size overflows int64 (2^62 + 1 float32s is 4
+	// bytes after wrapping)
+	for _, n := range []int64{1<<62 + 256, 1<<62 + 1} {
+		bt = build(b, core.F32)
+		ps = ptrs(bt)
+		ps[6].Shape = &n
+		checkFails(t, fmt.Sprintf("workspace of %d floats", n), b, bt, ps, nil, core.ErrInvalidArgument, "overflows")
+	}
 	// outputs that overlap each other, and self-overlapping strides
 	l := get("layernorm_fwd")
 	lt := build(l, core.F32)

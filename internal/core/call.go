@@ -1,6 +1,9 @@
 package core
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 // Call validates one op call. Arguments are registered in order; the first
 // failure is kept and later checks are skipped, so an op reads as a flat
@@ -208,6 +211,10 @@ func (c *Call) Workspace(name string, t *Tensor, need int64) *View {
 	bytesPerElem := int64(t.Bits / 8)
 	if t.NDim != 1 || t.Shape == nil {
 		c.err = Errorf(ErrInvalidArgument, "%s must be 1-D", name)
+		return nil
+	}
+	if *t.Shape > math.MaxInt64/bytesPerElem {
+		c.err = Errorf(ErrInvalidArgument, "%s has %d elements: its size in bytes overflows", name, *t.Shape)
 		return nil
 	}
 	size := *t.Shape * bytesPerElem

@@ -135,6 +135,9 @@ func Check(v *View, name string, t *Tensor) error {
 			return Errorf(ErrInvalidArgument, "%s has NULL data", name)
 		}
 	}
+	if uint64(uintptr(t.Data))+t.ByteOffset < t.ByteOffset {
+		return Errorf(ErrInvalidArgument, "%s has data + byte_offset past the end of the address space (byte_offset %d)", name, t.ByteOffset)
+	}
 	v.Base = unsafe.Add(t.Data, t.ByteOffset)
 	if uintptr(v.Base)%uintptr(dt.Size()) != 0 {
 		return Errorf(ErrInvalidArgument, "%s data (data + byte_offset) is not aligned to its %d-byte elements", name, dt.Size())
@@ -204,47 +207,68 @@ func dtypeOf(name string, t *Tensor) (DType, error) {
 		name, t.Code, t.Bits, t.Lanes)
 }
 
+// userSpaceEnd bounds the addresses a CPU tensor may cover: user space ends
+// below 2^47 (x86-64, 4-level paging), 2^52 (arm64) or 2^56 (x86-64, 5-level
+// paging); an address above that is a corrupt descriptor, not memory.
+const userSpaceEnd = 1 << 56
+
 // layout fills Contiguous and the byte extent, and rejects a last dimension
-// that is not unit-stride and outer strides whose byte offsets overflow.
+// that is not unit-stride, strides whose offsets overflow, and an extent that
+// wraps around the address space (or, on the CPU, leaves user space).
 func (v *View) layout() error {
 	v.Contiguous = true
+	var lo, hi int64 // element offsets of the first and last element
 	if v.Strides == nil || v.N == 0 {
 		v.Strides = nil
-		v.lo = uintptr(v.Base)
-		v.hi = v.lo + uintptr(v.N*v.DType.Size())
-		return nil
-	}
-	nd := len(v.Shape)
-	if v.Shape[nd-1] > 1 && v.Strides[nd-1] != 1 {
-		return Errorf(ErrUnsupportedLayout, "%s has stride %d in its last dimension (must be 1)", v.Name, v.Strides[nd-1])
-	}
-	expect := int64(1)
-	var lo, hi int64 // element offsets of the first and last element
-	for i := nd - 1; i >= 0; i-- {
-		s, st := v.Shape[i], v.Strides[i]
-		if s > 1 && st != expect {
-			v.Contiguous = false
+		hi = int64(v.N) - 1
+	} else {
+		nd := len(v.Shape)
+		if v.Shape[nd-1] > 1 && v.Strides[nd-1] != 1 {
+			return Errorf(ErrUnsupportedLayout, "%s has stride %d in its last dimension (must be 1)", v.Name, v.Strides[nd-1])
 		}
-		expect *= s
-		if s > 1 {
-			span, ok := mulNoOverflow(s-1, st)
-			if !ok || span > math.MaxInt64/4 || span < math.MinInt64/4 {
-				return Errorf(ErrInvalidArgument, "%s has strides whose offsets overflow", v.Name)
+		expect := int64(1)
+		overflow := false
+		for i := nd - 1; i >= 0; i-- {
+			s, st := v.Shape[i], v.Strides[i]
+			if s > 1 && st != expect {
+				v.Contiguous = false
 			}
-			if span > 0 {
-				hi += span
-			} else {
-				lo += span
+			expect *= s // at most N: no overflow
+			if s > 1 {
+				span, ok := mulNoOverflow(s-1, st)
+				overflow = overflow || !ok
+				if span > 0 {
+					hi, ok = addNoOverflow(hi, span)
+				} else {
+					lo, ok = addNoOverflow(lo, span)
+				}
+				overflow = overflow || !ok
 			}
 		}
-	}
-	if v.Contiguous {
-		v.Strides = nil
+		if overflow || hi > math.MaxInt64/16 || lo < math.MinInt64/16 {
+			return Errorf(ErrInvalidArgument, "%s has strides whose offsets overflow", v.Name)
+		}
+		if v.Contiguous {
+			v.Strides = nil
+		}
 	}
 	es := int64(v.DType.Size())
-	v.lo = uintptr(int64(uintptr(v.Base)) + lo*es)
-	v.hi = uintptr(int64(uintptr(v.Base)) + (hi+1)*es)
+	base := uint64(uintptr(v.Base))
+	// [base + lo*es, base + (hi+1)*es) must not wrap (lo <= 0 <= hi)
+	start, end := base-uint64(-lo*es), base+uint64((hi+1)*es)
+	if start > base || end < base || (v.DeviceType == DeviceCPU && v.N > 0 && end > userSpaceEnd) {
+		return Errorf(ErrInvalidArgument, "%s covers addresses [%#x, %#x) outside the address space", v.Name, start, end)
+	}
+	if v.N == 0 {
+		start, end = base, base
+	}
+	v.lo, v.hi = uintptr(start), uintptr(end)
 	return nil
+}
+
+func addNoOverflow(a, b int64) (int64, bool) {
+	c := a + b
+	return c, (c > a) == (b > 0)
 }
 
 func mulNoOverflow(a, b int64) (int64, bool) {

@@ -75,6 +75,11 @@ type group struct {
 	dt               core.DType
 }
 
+// MaxTensors bounds n_tensors before anything is sized by it: a call's
+// bookkeeping is about 150 bytes a tensor, and a model has thousands of
+// parameter tensors, not millions.
+const MaxTensors = 1 << 20
+
 // Lists are the tensor lists of one call (max nil unless amsgrad).
 type Lists struct {
 	N                  int64
@@ -122,8 +127,8 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	if err := checkConfig(c); err != nil {
 		return nil, err
 	}
-	if l.N < 0 {
-		return nil, core.Errorf(core.ErrInvalidArgument, "n_tensors is %d", l.N)
+	if l.N < 0 || l.N > MaxTensors {
+		return nil, core.Errorf(core.ErrInvalidArgument, "n_tensors is %d (must be 0..%d)", l.N, MaxTensors)
 	}
 	if l.N == 0 {
 		return nil, nil

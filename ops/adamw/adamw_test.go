@@ -214,3 +214,17 @@ func TestNoOverlap(t *testing.T) {
 		}
 	}
 }
+
+// A tensor count beyond MaxTensors is refused before the lists are read or
+// anything is sized by it.
+func TestTensorCountBound(t *testing.T) {
+	cfg := Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+	s := newSet(t, core.F32, []int64{5}, false)
+	for _, n := range []int64{MaxTensors + 1, 1 << 40, 1 << 62, -1} {
+		l := s.lists()
+		l.N = n
+		err := Step(&cfg, l, nil)
+		require.Equal(t, core.ErrInvalidArgument, tu.Status(t, err), "n %d: %v", n, err)
+		require.Contains(t, err.Error(), "n_tensors")
+	}
+}

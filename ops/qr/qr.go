@@ -124,8 +124,8 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 	if err := c.Done(enc); err != nil {
 		return err
 	}
-	if s.batch == 0 || (s.m == 0 && s.n == 0) {
-		return nil
+	if s.batch == 0 || s.m == 0 || (s.k == 0 && mode != Complete) {
+		return nil // every output is empty; complete mode's q of an m x 0 matrix is the identity
 	}
 	if av.DeviceType == core.DeviceCUDA {
 		return qrCUDA(s, av, qv, rv, ws, enc)

@@ -290,3 +290,47 @@ func TestWorkspace(t *testing.T) {
 		require.Zero(t, small, "matrices up to 128 wide need no workspace")
 	})
 }
+
+// Batches whose outputs are all empty return at once, however large their
+// sizes, without reading, writing or allocating anything: the descriptors
+// have no data at all.
+func TestEmptyOutputsAtOnce(t *testing.T) {
+	desc := func(shape ...int64) *core.Tensor {
+		return &core.Tensor{DeviceType: core.DeviceCPU, NDim: int32(len(shape)), Code: 2, Bits: 32, Lanes: 1, Shape: &shape[0]}
+	}
+	const big = 1 << 36
+	for _, c := range []struct {
+		a, q, r []int64
+		mode    int32
+	}{
+		{[]int64{1, big, 0}, []int64{1, big, 0}, []int64{1, 0, 0}, Reduced},
+		{[]int64{1, 0, big}, []int64{1, 0, 0}, []int64{1, 0, big}, Reduced},
+		{[]int64{1, 0, big}, []int64{1, 0, 0}, []int64{1, 0, big}, Complete},
+		{[]int64{1 << 28, 0, 5}, []int64{1 << 28, 0, 0}, []int64{1 << 28, 0, 5}, Reduced},
+		{[]int64{1 << 28, 5, 0}, nil, []int64{1 << 28, 0, 0}, ROnly},
+	} {
+		var q *core.Tensor
+		if c.q != nil {
+			q = desc(c.q...)
+		}
+		require.NoError(t, QR(desc(c.a...), c.mode, q, desc(c.r...), nil, nil), "a %v mode %d", c.a, c.mode)
+	}
+}
+
+// Complete mode of m x 0 matrices: q is the identity, r is empty.
+func TestCompleteOfNoColumns(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
+		a := tu.New(core.F32, []int64{3, 4, 0})
+		q, r := tu.New(core.F32, []int64{3, 4, 4}), tu.New(core.F32, []int64{3, 4, 0})
+		q.Poison()
+		require.NoError(t, QR(a.Ptr(), Complete, q.Ptr(), r.Ptr(), workspace(t, a, Complete), nil))
+		got := q.Values()
+		for i, v := range got {
+			want := 0.0
+			if i%16/4 == i%4 {
+				want = 1
+			}
+			require.Equal(t, want, v, "q[%d]", i)
+		}
+	})
+}
