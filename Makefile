@@ -52,10 +52,15 @@ build/abi_test: tests/c/abi_test.c include/metalcore.h
 	@mkdir -p build
 	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl -lm -lpthread
 
-# twice: as the machine is, and with the driver "missing"
-test-c: $(LIB) build/abi_test
+build/static_tls.so: tests/c/static_tls.c
+	@mkdir -p build
+	$(CC) -shared -fPIC -O1 -o $@ $<
+
+# twice: as the machine is, and with the driver "missing"; the second time
+# loaded after a library that takes most of glibc's static TLS reserve
+test-c: $(LIB) build/abi_test build/static_tls.so
 	./build/abi_test $(LIB)
-	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 ./build/abi_test $(LIB)
+	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 ./build/abi_test $(LIB) build/static_tls.so
 
 # the Python shim against the PyTorch this machine has (Debian's python3-torch)
 test-python: $(LIB)

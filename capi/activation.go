@@ -9,26 +9,26 @@ import (
 	"metalcore/ops/activation"
 )
 
-//export mc_gelu_fwd
-func mc_gelu_fwd(x *C.mc_tensor, approximate C.int32_t, y *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+//export mcgo_gelu_fwd
+func mcgo_gelu_fwd(x *C.mc_tensor, approximate C.int32_t, y *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
 	return call("mc_gelu_fwd", func() error {
 		return activation.GeluFwd(tensor(x), int32(approximate), tensor(y), encoder)
 	})
 }
 
-//export mc_gelu_bwd
-func mc_gelu_bwd(dy, x *C.mc_tensor, approximate C.int32_t, dx *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+//export mcgo_gelu_bwd
+func mcgo_gelu_bwd(dy, x *C.mc_tensor, approximate C.int32_t, dx *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
 	return call("mc_gelu_bwd", func() error {
 		return activation.GeluBwd(tensor(dy), tensor(x), int32(approximate), tensor(dx), encoder)
 	})
 }
 
-//export mc_silu_fwd
-func mc_silu_fwd(x, y *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+//export mcgo_silu_fwd
+func mcgo_silu_fwd(x, y *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
 	return call("mc_silu_fwd", func() error { return activation.SiluFwd(tensor(x), tensor(y), encoder) })
 }
 
-//export mc_silu_bwd
-func mc_silu_bwd(dy, x, dx *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+//export mcgo_silu_bwd
+func mcgo_silu_bwd(dy, x, dx *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
 	return call("mc_silu_bwd", func() error { return activation.SiluBwd(tensor(dy), tensor(x), tensor(dx), encoder) })
 }

@@ -9,8 +9,8 @@ import (
 	"metalcore/ops/adamw"
 )
 
-//export mc_adamw_step
-func mc_adamw_step(cfg *C.mc_adamw_config, n C.int64_t, params, grads, expAvgs, expAvgSqs, maxExpAvgSqs **C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+//export mcgo_adamw_step
+func mcgo_adamw_step(cfg *C.mc_adamw_config, n C.int64_t, params, grads, expAvgs, expAvgSqs, maxExpAvgSqs **C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
 	return call("mc_adamw_step", func() error {
 		var c *adamw.Config
 		if cfg != nil {

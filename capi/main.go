@@ -1,5 +1,7 @@
 // Command capi is the C ABI of metalcore, built with -buildmode=c-shared.
-// It only translates: it reinterprets the host's mc_tensor pointers, calls
+// The header's functions are defined in C (gate.c: the version, the error
+// buffer, and the refusal in a forked child); each op's mcgo_ export here
+// only translates: it reinterprets the host's mc_tensor pointers, calls
 // the op family, turns a failure into an mc_status plus a thread-local
 // message, and keeps Go panics from crossing into the host.
 package main
@@ -13,22 +15,12 @@ void mc_set_error(const char* msg, size_t n);
 import "C"
 
 import (
-	"fmt"
 	"runtime/debug"
 	"unsafe"
 
 	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
-
-// Version of the library and of the ABI it implements.
-const (
-	versionMajor = 0
-	versionMinor = 1
-	versionPatch = 0
-)
-
-var versionString = C.CString(fmt.Sprintf("%d.%d.%d", versionMajor, versionMinor, versionPatch))
 
 func main() {}
 
@@ -57,24 +49,16 @@ func fail(fn string, err error) C.mc_status {
 	return C.mc_status(core.StatusOf(err))
 }
 
-//export mc_version
-func mc_version() C.int32_t {
-	return C.int32_t(versionMajor*10000 + versionMinor*100 + versionPatch)
-}
-
-//export mc_version_string
-func mc_version_string() *C.char { return versionString }
-
-//export mc_backend_available
-func mc_backend_available(deviceType C.int32_t) C.int32_t {
+//export mcgo_backend_available
+func mcgo_backend_available(deviceType C.int32_t) C.int32_t {
 	if core.BackendAvailable(int32(deviceType)) {
 		return 1
 	}
 	return 0
 }
 
-//export mc_cuda_prepare
-func mc_cuda_prepare(deviceID C.int32_t) C.mc_status {
+//export mcgo_cuda_prepare
+func mcgo_cuda_prepare(deviceID C.int32_t) C.mc_status {
 	return call("mc_cuda_prepare", func() error {
 		if err := cuda.Available(); err != nil {
 			return core.Errorf(core.ErrUnsupportedDevice, "the CUDA backend is unavailable: %v", err)

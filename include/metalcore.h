@@ -23,6 +23,11 @@
  * was written and nothing was enqueued; mc_last_error() then names the
  * function, the argument and the problem (thread-local).
  *
+ * A process that forks after loading metalcore cannot use it in the child
+ * (the Go runtime inside does not survive fork): there every op returns
+ * MC_ERR_BACKEND saying so, and mc_backend_available returns 0. Fork before
+ * loading it, or start children with spawn/forkserver.
+ *
  * Dtypes: float32, float16, bfloat16; arithmetic always accumulates in float32
  * and 16-bit results are rounded to nearest even. The reduced (last) dimension
  * must be contiguous; outer dimensions may carry any strides. An output may
@@ -40,6 +45,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of this header and of the library built from it (mc_version()
+ * returns the same numbers). Within one major version the ABI only grows:
+ * functions, enum values and struct types are never removed or changed, so a
+ * host built against an older minor version runs with a newer library. */
+#define MC_VERSION_MAJOR 0
+#define MC_VERSION_MINOR 2
+#define MC_VERSION_PATCH 0
 
 typedef enum {
     MC_OK = 0,

@@ -10,12 +10,7 @@ import (
 
 // The pool is the Go scheduler itself: Parallel starts at most Threads()
 // goroutines per call and waits for them, so idle workers cost nothing.
-var (
-	threads atomic.Int32
-	// startPID detects a fork: the child keeps only the forking thread, so
-	// it must not wait on goroutines that need other threads.
-	startPID = os.Getpid()
-)
+var threads atomic.Int32
 
 func init() {
 	n := runtime.NumCPU()
@@ -65,9 +60,6 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 		return
 	}
 	pieces := min(Threads(), (n+grain-1)/max(grain, 1))
-	if pieces > 1 && os.Getpid() != startPID {
-		pieces = 1
-	}
 	if pieces <= 1 {
 		run(0, n, fn)
 		return
