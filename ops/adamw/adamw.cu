@@ -5,7 +5,12 @@
 // holds b.
 #define ADAMW_MAX 512
 #define ADAMW_CHUNK 4096
-struct AdamWBatch {            // every field 8 bytes: the Go side writes words
+// The step's scalars, each formed in double precision on the host and
+// rounded once (ops/adamw: scalars).
+struct AdamWScalars {
+    float sign, decay, one_minus_beta1, beta2, one_minus_beta2, step_size, bc2_sqrt, eps;
+};
+struct AdamWBatch {            // 8-byte words: the Go side writes words
     const void* grad[ADAMW_MAX];
     void* param[ADAMW_MAX];
     float* m[ADAMW_MAX];
@@ -14,21 +19,21 @@ struct AdamWBatch {            // every field 8 bytes: the Go side writes words
     mc_i64 n[ADAMW_MAX];
     mc_i64 first_block[ADAMW_MAX + 1];
     mc_i64 count;
-    double sign, decay, beta1, beta2, step_size, inv_bc2_sqrt, eps;
+    AdamWScalars h;
 };
 
-// one element of the step (m, v, vmax updated in place; returns the param)
-MC_DEVICE float adamw_elem(float p, float g, float& m, float& v, float* vmax, float sign, float decay, float b1,
-                           float b2, float lr, float inv, float eps) {
-    g *= sign;
-    m += (1.f - b1) * (g - m);
-    v = b2 * v + (1.f - b2) * g * g;
+// one element of the step (m, v, vmax updated in place; returns the param),
+// PyTorch's expressions in its order
+MC_DEVICE float adamw_elem(float p, float g, float& m, float& v, float* vmax, const AdamWScalars& h) {
+    g *= h.sign;
+    m += h.one_minus_beta1 * (g - m);
+    v = h.beta2 * v + h.one_minus_beta2 * g * g;
     float vi = v;
     if (vmax) {
         vi = fmaxf(*vmax, vi);
         *vmax = vi;
     }
-    return p * decay - lr * m / (sqrtf(vi) * inv + eps);
+    return p * h.decay - h.step_size * m / (sqrtf(vi) / h.bc2_sqrt + h.eps);
 }
 
 template <class D> __device__ void adamw_step(const AdamWBatch& b) {
@@ -45,8 +50,7 @@ template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     const T* g = (const T*)b.grad[t];
     T* p = (T*)b.param[t];
     float *m = b.m[t], *v = b.v[t], *vmax = b.vmax[t];
-    float sign = (float)b.sign, decay = (float)b.decay, b1 = (float)b.beta1, b2 = (float)b.beta2;
-    float lr = (float)b.step_size, inv = (float)b.inv_bc2_sqrt, eps = (float)b.eps;
+    const AdamWScalars h = b.h;
     // four elements per thread with 16-byte state accesses where every
     // pointer allows it (chunks start at multiples of 4096 elements)
     bool vec = ((unsigned long long)m | (unsigned long long)v | (unsigned long long)vmax) % 16 == 0 &&
@@ -69,8 +73,7 @@ template <class D> __device__ void adamw_step(const AdamWBatch& b) {
             }
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                D::store(pv + j, adamw_elem(D::load(pv + j), D::load(gv + j), mm[j], vv[j], vmax ? xx + j : 0, sign,
-                                            decay, b1, b2, lr, inv, eps));
+                D::store(pv + j, adamw_elem(D::load(pv + j), D::load(gv + j), mm[j], vv[j], vmax ? xx + j : 0, h));
             *(float4*)(m + i) = m4;
             *(float4*)(v + i) = v4;
             if (vmax) *(float4*)(vmax + i) = x4;
@@ -83,8 +86,7 @@ template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     }
     for (; i < hi; i += MC_NTHREADS) {
         float mi = m[i], vi = v[i];
-        D::store(p + i, adamw_elem(D::load(p + i), D::load(g + i), mi, vi, vmax ? vmax + i : 0, sign, decay, b1, b2,
-                                   lr, inv, eps));
+        D::store(p + i, adamw_elem(D::load(p + i), D::load(g + i), mi, vi, vmax ? vmax + i : 0, h));
         m[i] = mi;
         v[i] = vi;
     }

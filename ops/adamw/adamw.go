@@ -52,8 +52,9 @@ func checkConfig(c *Config) error {
 	return nil
 }
 
-// scalars are the step's float32 constants, computed in float64 as PyTorch
-// computes them in Python.
+// scalars are the step's float32 constants, each computed in float64 and
+// rounded once, as PyTorch computes them in Python (1 - beta2 formed from
+// float32(beta2) is 1.3e-5 off, a bias on every step).
 func scalars(c *Config) simd.AdamW {
 	bc1 := 1 - math.Pow(c.Beta1, float64(c.Step))
 	bc2 := 1 - math.Pow(c.Beta2, float64(c.Step))
@@ -62,8 +63,9 @@ func scalars(c *Config) simd.AdamW {
 		sign = -1
 	}
 	return simd.AdamW{
-		Sign: sign, Decay: float32(1 - c.LR*c.WeightDecay), Beta1: float32(c.Beta1), Beta2: float32(c.Beta2),
-		StepSize: float32(c.LR / bc1), InvBC2Sqrt: float32(1 / math.Sqrt(bc2)), Eps: float32(c.Eps),
+		Sign: sign, Decay: float32(1 - c.LR*c.WeightDecay),
+		OneMinusBeta1: float32(1 - c.Beta1), Beta2: float32(c.Beta2), OneMinusBeta2: float32(1 - c.Beta2),
+		StepSize: float32(c.LR / bc1), BC2Sqrt: float32(math.Sqrt(bc2)), Eps: float32(c.Eps),
 	}
 }
 

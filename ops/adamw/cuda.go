@@ -15,11 +15,12 @@ var kernels string
 func init() { cuda.Register(kernels) }
 
 // The batch layout of adamw.cu: five pointer arrays, sizes, block prefix,
-// count, seven scalars, all 8-byte words.
+// count, then eight float32 scalars in four 8-byte words.
 const (
-	batchMax   = 512
-	chunkElems = 4096
-	batchWords = 6*batchMax + batchMax + 1 + 1 + 7
+	batchMax    = 512
+	chunkElems  = 4096
+	scalarWords = 4
+	batchWords  = 6*batchMax + batchMax + 1 + 1 + scalarWords
 )
 
 // stepCUDA launches adamw_step once per batch of up to batchMax tensors, on
@@ -42,8 +43,9 @@ func stepCUDA(h *simd.AdamW, groups []group, dev int, enc unsafe.Pointer) error 
 		}
 		words[6*batchMax+len(batch)] = uint64(blocks)
 		words[7*batchMax+1] = uint64(len(batch))
-		for i, v := range []float32{h.Sign, h.Decay, h.Beta1, h.Beta2, h.StepSize, h.InvBC2Sqrt, h.Eps} {
-			words[7*batchMax+2+i] = math.Float64bits(float64(v))
+		scalars := [2 * scalarWords]float32{h.Sign, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.StepSize, h.BC2Sqrt, h.Eps}
+		for i := range scalarWords {
+			words[7*batchMax+2+i] = uint64(math.Float32bits(scalars[2*i])) | uint64(math.Float32bits(scalars[2*i+1]))<<32
 		}
 		if err := cuda.LaunchStruct(dev, enc, cuda.Kernel("adamw_step", batch[0].dt), int(blocks), 256, words[:]); err != nil {
 			return cuda.Backend(err)

@@ -232,18 +232,21 @@ func narrow(f func(float32) uint16) func([]uint16, []float32) {
 	}
 }
 
+// adamW rounds every product and quotient to float32 before it is used
+// (the conversions keep the compiler from fusing them), as PyTorch's
+// kernels do.
 func adamW(h *AdamW, p, g, m, v, vmax []float32) {
 	for i := range p {
 		gi := h.Sign * g[i]
-		m[i] += (1 - h.Beta1) * (gi - m[i])
-		v[i] = h.Beta2*v[i] + (1-h.Beta2)*gi*gi
+		m[i] += float32(h.OneMinusBeta1 * (gi - m[i]))
+		v[i] = float32(h.Beta2*v[i]) + float32(float32(h.OneMinusBeta2*gi)*gi)
 		vi := v[i]
 		if vmax != nil {
 			vmax[i] = max(vmax[i], vi)
 			vi = vmax[i]
 		}
-		denom := float32(math.Sqrt(float64(vi)))*h.InvBC2Sqrt + h.Eps
-		p[i] = p[i]*h.Decay - h.StepSize*m[i]/denom
+		denom := float32(math.Sqrt(float64(vi)))/h.BC2Sqrt + h.Eps
+		p[i] = float32(p[i]*h.Decay) - float32(h.StepSize*m[i])/denom
 	}
 }
 

@@ -89,10 +89,13 @@ type BF16Rows struct {
 	NormGrad func(dst, dy, x []uint16, w []float32, shift, c, d, s float32)
 }
 
-// AdamW is one step's scalars, PyTorch's AdamW:
+// AdamW is one step's scalars, PyTorch's AdamW (torch.optim's
+// single-tensor step, each scalar formed in float64 and rounded once, as
+// Python's floats are when a float32 kernel takes them):
 //
-//	g = Sign*grad; p *= Decay; m += (1-Beta1)*(g - m); v = Beta2*v + (1-Beta2)*g*g
-//	vmax = max(vmax, v) (amsgrad); p -= StepSize * m / (sqrt(v or vmax)*InvBC2Sqrt + Eps)
+//	g = Sign*grad; p *= Decay; m += OneMinusBeta1*(g - m)
+//	v = Beta2*v + (OneMinusBeta2*g)*g; vmax = max(vmax, v) (amsgrad)
+//	p -= (StepSize*m) / (sqrt(v or vmax)/BC2Sqrt + Eps)
 type AdamW struct {
-	Sign, Decay, Beta1, Beta2, StepSize, InvBC2Sqrt, Eps float32
+	Sign, Decay, OneMinusBeta1, Beta2, OneMinusBeta2, StepSize, BC2Sqrt, Eps float32
 }

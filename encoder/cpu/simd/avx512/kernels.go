@@ -888,19 +888,19 @@ func f32ToF16(dst []uint16, src []float32) {
 // adamW is simd.Portable.AdamW on W lanes (with a true division and square
 // root: the step must match PyTorch's within rounding).
 func adamW(h *simd.AdamW, p, g, m, v, vmax []float32) {
-	sign, decay, b1, b2 := splat(h.Sign), splat(h.Decay), splat(1-h.Beta1), splat(h.Beta2)
-	nb2, lr, inv, eps := splat(1-h.Beta2), splat(h.StepSize), splat(h.InvBC2Sqrt), splat(h.Eps)
+	sign, decay, b1, b2 := splat(h.Sign), splat(h.Decay), splat(h.OneMinusBeta1), splat(h.Beta2)
+	nb2, lr, bc2, eps := splat(h.OneMinusBeta2), splat(h.StepSize), splat(h.BC2Sqrt), splat(h.Eps)
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
 	step := func(pv, gv, mv, vv, xv vf) (vf, vf, vf, vf) {
 		gv = gv.Mul(sign)
 		mv = gv.Sub(mv).MulAdd(b1, mv)
-		vv = vv.Mul(b2).Add(gv.Mul(gv).Mul(nb2))
+		vv = vv.Mul(b2).Add(gv.Mul(nb2).Mul(gv))
 		use := vv
 		if vmax != nil {
 			xv = xv.Max(vv)
 			use = xv
 		}
-		denom := use.Sqrt().MulAdd(inv, eps)
+		denom := use.Sqrt().Div(bc2).Add(eps)
 		return pv.Mul(decay).Sub(lr.Mul(mv).Div(denom)), mv, vv, xv
 	}
 	n := full(len(p))
