@@ -23,24 +23,28 @@ MC_DEVICE float mc_erf(float x) {
     return __fdividef(x * p, q);  // q is in [-2.4, -0.014]: the fast division is within 2 ulp
 }
 
+// The normal CDF 0.5 (1 + erf(x / sqrt2)), exactly 0 below the erf's clamp
+// (x < -4 sqrt2), where PyTorch's erf is exactly -1: x * cdf is then -0, and
+// NaN at -inf, as PyTorch's.
+MC_DEVICE float gelu_cdf(float x) { return x < -5.656854249492381f ? 0.f : 0.5f * (1.f + mc_erf(x * 0.7071067811865476f)); }
+
 // The tanh form as 0.5 x (1 + tanh(u)) = x sigmoid(2u), and its derivative
-// through s = sigmoid(2u), 1 - s = e s (e = exp(-2u)): no 1 + tanh(u) to
-// cancel for negative x. u is clamped where tanh(u) is +-1 in float32 (so e
-// stays finite), by compares that keep a NaN.
+// through s = sigmoid(2u), 1 - s = e s (e = exp(-2u)) for u >= 0: no
+// 1 + tanh(u) to cancel for negative x. s is exactly 0 where exp(-2u)
+// overflows (2u < -88), so the products overflow to NaN exactly where
+// PyTorch's do (x or x^2 infinite).
 MC_DEVICE float gelu_u(float x) { return 0.7978845608028654f * (x + 0.044715f * x * x * x); }
 MC_DEVICE float gelu_f(float x, int tanh_form) {
     if (tanh_form) return x / (1.f + expf(-2.f * gelu_u(x)));
-    return 0.5f * x * (1.f + mc_erf(x * 0.7071067811865476f));
+    return x * gelu_cdf(x);
 }
 MC_DEVICE float gelu_grad(float dy, float x, int tanh_form) {
     if (tanh_form) {
-        float u = gelu_u(x);
-        u = u < -40.f ? -40.f : u > 40.f ? 40.f : u;
-        float e = expf(-2.f * u), s = 1.f / (1.f + e);
-        return dy * (s + 2.f * x * s * (e * s) * 0.7978845608028654f * (1.f + 3.f * 0.044715f * x * x));
+        float u2 = 2.f * gelu_u(x), e = expf(-u2);
+        float s = u2 < -88.f ? 0.f : 1.f / (1.f + e), c = u2 < 0.f ? 1.f - s : e * s;
+        return dy * (s + 2.f * x * s * c * (0.7978845608028654f * (1.f + 3.f * 0.044715f * x * x)));
     }
-    float cdf = 0.5f * (1.f + mc_erf(x * 0.7071067811865476f));
-    return dy * (cdf + x * __expf(-0.5f * x * x) * 0.3989422804014327f);
+    return dy * (gelu_cdf(x) + x * __expf(-0.5f * x * x) * 0.3989422804014327f);
 }
 // gelu_grad (erf form) for 16-bit data, where the kernel is bound by its
 // arithmetic: the erf comes from the exp(-x^2/2) the density needs anyway

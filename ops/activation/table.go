@@ -13,7 +13,8 @@ import (
 // float32 kernel computes for every value (rounded to the dtype for the
 // forward pass, the float32 derivative for the backward one). Same results,
 // no transcendental arithmetic per element. Tables are built on first use
-// with the kernels active then.
+// by the portable kernels, so a 16-bit result does not depend on which
+// instruction set was active when its table was built.
 
 type table struct {
 	once sync.Once

@@ -84,12 +84,20 @@ func Erf32(x float32) float32 {
 	return x * p / q
 }
 
-// Sigmoid32 is 1 / (1 + exp(-x)).
-func Sigmoid32(x float32) float32 { return 1 / (1 + Exp32(-x)) }
+// Sigmoid32 is 1 / (1 + exp(-x)), exactly 0 below exp's clamp (where
+// exp(-x) overflows float32): x*sigmoid(x) is then -0, and NaN at -inf, as
+// PyTorch's x/(1 + exp(-x)).
+func Sigmoid32(x float32) float32 {
+	s, _ := sigmoidPair(x)
+	return s
+}
 
 // sigmoidPair is sigmoid(x) and 1 - sigmoid(x), the latter as e/(1+e) for
 // x >= 0, where 1 - s would cancel (the gradients multiply it by large x).
 func sigmoidPair(x float32) (s, c float32) {
+	if x < ExpLo {
+		return 0, 1
+	}
 	e := Exp32(-x)
 	s = 1 / (1 + e)
 	if x < 0 {

@@ -320,11 +320,13 @@ func expScale(t, r vf) vf {
 // newton refines an estimate r of 1/q: each step doubles its bits.
 func newton(q, r vf) vf { return r.Mul(kTwo.v().Sub(q.Mul(r))) }
 
-// sigmoidOf is sigmoid(x) from e = exp(-x); sigmoidPair also gives
+// sigmoidOf is sigmoid(x) from e = exp(-x), exactly 0 below exp's clamp
+// (where exp(-x) overflows float32), so that x*sigmoid(x) is -0 there and
+// NaN at -inf, as PyTorch's x/(1 + exp(-x)); sigmoidPair also gives
 // 1 - sigmoid(x) without cancellation.
-func sigmoidOf(e vf) vf { return recip(kOne.v().Add(e)) }
+func sigmoidOf(x, e vf) vf { return zero().Merge(recip(kOne.v().Add(e)), x.Less(kExpLo.v())) }
 func sigmoidPair(x, e vf) (s, c vf) {
-	s = sigmoidOf(e)
+	s = sigmoidOf(x, e)
 	return s, kOne.v().Sub(s).Merge(e.Mul(s), x.Less(zero()))
 }
 
@@ -385,7 +387,8 @@ func geluTanhVectors(dst, x []float32) {
 	for i := 0; i < len(x); i += W {
 		v := load(x, i)
 		u, _ := geluTanhU(v)
-		store(v.Mul(sigmoidOf(expScale(expArg(zero().Sub(u.Add(u)))))), dst, i)
+		u2 := u.Add(u)
+		store(v.Mul(sigmoidOf(u2, expScale(expArg(zero().Sub(u2))))), dst, i)
 	}
 }
 
@@ -393,7 +396,7 @@ func silu(dst, x []float32) { unary(dst, x, siluVectors) }
 func siluVectors(dst, x []float32) {
 	for i := 0; i < len(x); i += W {
 		v := load(x, i)
-		store(v.Mul(sigmoidOf(expScale(expArg(zero().Sub(v))))), dst, i)
+		store(v.Mul(sigmoidOf(v, expScale(expArg(zero().Sub(v))))), dst, i)
 	}
 }
 
@@ -413,7 +416,8 @@ func geluTanhGradVectors(dst, dy, x []float32) {
 	for i := 0; i < len(x); i += W {
 		v := load(x, i)
 		u, du := geluTanhU(v)
-		s, c := sigmoidPair(u.Add(u), expScale(expArg(zero().Sub(u.Add(u)))))
+		u2 := u.Add(u)
+		s, c := sigmoidPair(u2, expScale(expArg(zero().Sub(u2))))
 		ds := s.Mul(c).Mul(du).Mul(v.Add(v))
 		store(load(dy, i).Mul(s.Add(ds)), dst, i)
 	}
