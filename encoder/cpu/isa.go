@@ -13,8 +13,16 @@ import (
 )
 
 // tables lists the implementations this machine can run, best first; the
-// portable one is always last.
-var tables = append(isaTables(), &simd.Portable)
+// portable one is always last. Each adds up long rows block by block.
+var tables = blocked(append(isaTables(), &simd.Portable))
+
+func blocked(ts []*simd.Table) []*simd.Table {
+	for i, t := range ts {
+		b := simd.Blocked(*t)
+		ts[i] = &b
+	}
+	return ts
+}
 
 var active atomic.Pointer[simd.Table]
 

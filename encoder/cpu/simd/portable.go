@@ -148,21 +148,13 @@ func shiftedSums(x []float32, shift float32) (float32, float32) {
 
 func sum(x []float32) float32 { return reduce(x, x, func(a, _ float32) float32 { return a }) }
 
-// reduce sums f(a[i], b[i]) with four accumulators (the vector kernels'
-// summation order is not reproduced; both are fp32).
+// reduce sums f(a[i], b[i]) in float64, as sumDot does.
 func reduce(a, b []float32, f func(a, b float32) float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += f(a[i], b[i])
-		s1 += f(a[i+1], b[i+1])
-		s2 += f(a[i+2], b[i+2])
-		s3 += f(a[i+3], b[i+3])
+	var s float64
+	for i := range a {
+		s += float64(f(a[i], b[i]))
 	}
-	for ; i < len(a); i++ {
-		s0 += f(a[i], b[i])
-	}
-	return (s0 + s1) + (s2 + s3)
+	return float32(s)
 }
 
 // NormalizeScalar is dst = (x - mean) * rstd * w + b with optional w, b.
