@@ -218,26 +218,60 @@ func CheckPointer(p unsafe.Pointer, dev int) error {
 // 8-byte slots made by Ptr, I64, I32 and F32. It never synchronizes. Kernels not yet loaded are loaded
 // first, unless the stream is being captured into a graph.
 func Launch(dev int, stream unsafe.Pointer, name string, grid, block int, args ...uint64) error {
-	return launchParams(dev, stream, name, grid, block, 0, args, len(args))
+	return launchParams(dev, stream, name, grid, block, 0, args, len(args), false)
 }
 
 // LaunchShared is Launch with shared bytes of dynamic shared memory per
 // block (MC_SHARED_DYNAMIC in the kernel).
 func LaunchShared(dev int, stream unsafe.Pointer, name string, grid, block, shared int, args ...uint64) error {
-	return launchParams(dev, stream, name, grid, block, shared, args, len(args))
+	return launchParams(dev, stream, name, grid, block, shared, args, len(args), false)
 }
+
+// LaunchCooperative is Launch for a kernel whose blocks wait for each
+// other: the driver runs it only if every block can be resident at once,
+// and fails otherwise (where a plain launch could hang).
+func LaunchCooperative(dev int, stream unsafe.Pointer, name string, grid, block int, args ...uint64) error {
+	return launchParams(dev, stream, name, grid, block, 0, args, len(args), true)
+}
+
+// maxParams is driver.go's MC_MAX_PARAMS.
+const maxParams = 32
 
 // launchParams launches with nparams parameters read from args (each an
 // 8-byte slot, or one struct spanning all of args).
-func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shared int, args []uint64, nparams int) error {
+func launchParams(dev int, stream unsafe.Pointer, name string, grid, block, shared int, args []uint64, nparams int, cooperative bool) error {
 	d, f, err := kernel(dev, stream, name)
 	if err != nil {
+		return err
+	}
+	if err := f.takes(name, args, nparams); err != nil {
 		return err
 	}
 	if grid == 0 {
 		return nil
 	}
-	return d.ctx.launch(dev, f, grid, min(block, f.maxThreads), shared, stream, args, nparams)
+	return d.ctx.launch(dev, f, grid, min(block, f.maxThreads), shared, stream, args, nparams, cooperative)
+}
+
+// takes checks args against the kernel's parameters as the driver reports
+// them (where it can): as many as given, each fitting its 8-byte slot, or
+// one struct exactly as long as the words.
+func (f function) takes(name string, args []uint64, nparams int) error {
+	if nparams > maxParams {
+		return fmt.Errorf("kernel %s: %d parameters given, at most %d are passed", strings.Clone(name), nparams, maxParams)
+	}
+	if f.params < 0 {
+		return nil
+	}
+	structBytes := 0
+	if nparams == 1 && len(args) > 1 {
+		structBytes = 8 * len(args)
+	}
+	if f.params != nparams || (structBytes > 0 && f.paramLargest != structBytes) || (structBytes == 0 && f.paramLargest > 8) {
+		return fmt.Errorf("kernel %s takes %d parameters (largest %d bytes); the launch passes %d of %d bytes",
+			strings.Clone(name), f.params, f.paramLargest, nparams, max(8, structBytes))
+	}
+	return nil
 }
 
 // kernel is dev and its kernel name, the kernels loaded first unless stream
@@ -280,7 +314,7 @@ func prepareOutsideCapture(d *device, dev int, stream unsafe.Pointer) error {
 // LaunchStruct is Launch for a kernel whose one parameter is a struct of
 // 8-byte words (multi-tensor metadata passed by value).
 func LaunchStruct(dev int, stream unsafe.Pointer, name string, grid, block int, words []uint64) error {
-	return launchParams(dev, stream, name, grid, block, 0, words, 1)
+	return launchParams(dev, stream, name, grid, block, 0, words, 1, false)
 }
 
 // Buffer is device memory for tests and benchmarks (the ops never allocate).

@@ -22,6 +22,9 @@ func Wave(int, unsafe.Pointer, string, int) (int, error)                 { retur
 func CheckPointer(unsafe.Pointer, int) error                             { return errNoCUDA }
 func Launch(int, unsafe.Pointer, string, int, int, ...uint64) error      { return errNoCUDA }
 func LaunchStruct(int, unsafe.Pointer, string, int, int, []uint64) error { return errNoCUDA }
+func LaunchCooperative(int, unsafe.Pointer, string, int, int, ...uint64) error {
+	return errNoCUDA
+}
 func LaunchShared(int, unsafe.Pointer, string, int, int, int, ...uint64) error {
 	return errNoCUDA
 }

@@ -12,6 +12,7 @@ package cuda
 #cgo noescape mc_pointer_device
 #cgo nocallback mc_pointer_device
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ typedef void* CUfunction;
 typedef void* CUstream;
 typedef unsigned long long CUdeviceptr;
 typedef int nvrtcResult;
+enum { MC_MAX_PARAMS = 32 };  // kernel parameters a launch passes at most (cuda.go's maxParams)
 typedef void* nvrtcProgram;
 
 // Entry points resolved with dlsym at first use: nothing of CUDA is needed
@@ -45,6 +47,9 @@ static CUresult (*p_cuFuncSetAttribute)(CUfunction, int, int);
 static CUresult (*p_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void**, void**);
+static CUresult (*p_cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                               unsigned, CUstream, void**);
+static CUresult (*p_cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);  // CUDA 12.4+; may be absent
 static CUresult (*p_cuPointerGetAttribute)(void*, int, CUdeviceptr);
 static CUresult (*p_cuStreamIsCapturing)(CUstream, int*);
 static CUresult (*p_cuGetErrorString)(CUresult, const char**);
@@ -103,6 +108,8 @@ static const char* mc_cuda_open(const char* cuda_path, const char* nvrtc_path) {
     SYM(libcuda, p_cuModuleLoadData, "cuModuleLoadData");
     SYM(libcuda, p_cuModuleGetFunction, "cuModuleGetFunction");
     SYM(libcuda, p_cuLaunchKernel, "cuLaunchKernel");
+    SYM(libcuda, p_cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel");
+    *(void**)&p_cuFuncGetParamInfo = dlsym(libcuda, "cuFuncGetParamInfo");
     SYM(libcuda, p_cuFuncGetAttribute, "cuFuncGetAttribute");
     SYM(libcuda, p_cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     SYM(libcuda, p_cuFuncSetAttribute, "cuFuncSetAttribute");
@@ -228,10 +235,25 @@ static int mc_compile(const char* src, int major, int minor, char** image, char*
 }
 
 static CUresult mc_load(const void* image, CUmodule* mod) { return p_cuModuleLoadData(mod, image); }
-static CUresult mc_function(CUmodule mod, const char* name, CUfunction* f, int* max_threads) {
+// mc_function looks up a kernel, the most threads a block of it may have
+// (its registers allowing), and its parameters as the driver knows them:
+// their count and largest size (-1 where this driver cannot say).
+static CUresult mc_function(CUmodule mod, const char* name, CUfunction* f, int* max_threads, int* params,
+                            int* max_param) {
     CUresult r = p_cuModuleGetFunction(f, mod, name);
     if (r) return r;
-    return p_cuFuncGetAttribute(max_threads, 0, *f);  // MAX_THREADS_PER_BLOCK (registers allowing)
+    *params = *max_param = -1;
+    if (p_cuFuncGetParamInfo) {
+        size_t offset, size;
+        int n = 0, largest = 0;
+        while (n <= MC_MAX_PARAMS && p_cuFuncGetParamInfo(*f, (size_t)n, &offset, &size) == 0) {
+            if ((int)size > largest) largest = (int)size;
+            n++;
+        }
+        *params = n;
+        *max_param = largest;
+    }
+    return p_cuFuncGetAttribute(max_threads, 0, *f);  // MAX_THREADS_PER_BLOCK
 }
 
 static CUresult mc_resident(CUfunction f, int threads, int* blocks) {
@@ -244,12 +266,15 @@ static CUresult mc_allow_shared(CUfunction f, int n) {
     return p_cuFuncSetAttribute(f, 8, n);  // MAX_DYNAMIC_SHARED_SIZE_BYTES
 }
 
-// mc_launch launches f with n parameters, parameter i being the bytes at
-// args + 8*i.
+// mc_launch launches f with n parameters (at most MC_MAX_PARAMS: the Go
+// side checks), parameter i being the bytes at args + 8*i; cooperative: all
+// blocks resident at once, or CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE.
 static CUresult mc_launch(CUfunction f, unsigned gx, unsigned bx, unsigned shmem, uintptr_t stream, void* args,
-                          int n) {
-    void* params[32];
-    for (int i = 0; i < n && i < 32; i++) params[i] = (char*)args + 8 * i;
+                          int n, int cooperative) {
+    void* params[MC_MAX_PARAMS];
+    if (n > MC_MAX_PARAMS) return 1;  // CUDA_ERROR_INVALID_VALUE
+    for (int i = 0; i < n; i++) params[i] = (char*)args + 8 * i;
+    if (cooperative) return p_cuLaunchCooperativeKernel(f, gx, 1, 1, bx, 1, 1, shmem, (CUstream)stream, params);
     return p_cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shmem, (CUstream)stream, params, 0);
 }
 
@@ -257,12 +282,12 @@ static CUresult mc_launch(CUfunction f, unsigned gx, unsigned bx, unsigned shmem
 // left after): one cgo call per launch, during which the calling thread
 // cannot change.
 static CUresult mc_launch_in(int dev, CUcontext primary, CUfunction f, unsigned gx, unsigned bx, unsigned shmem,
-                             uintptr_t stream, void* args, int n) {
+                             uintptr_t stream, void* args, int n, int cooperative) {
     int pushed;
     CUresult r = mc_enter(dev, primary, &pushed);
     if (r) return r;
     if (shmem > 48 * 1024) r = mc_allow_shared(f, (int)shmem);
-    if (!r) r = mc_launch(f, gx, bx, shmem, stream, args, n);
+    if (!r) r = mc_launch(f, gx, bx, shmem, stream, args, n, cooperative);
     mc_leave(pushed);
     return r;
 }
@@ -363,10 +388,12 @@ func isCapturing(stream unsafe.Pointer) (bool, error) {
 
 type module struct{ m C.CUmodule }
 
-// function is a loaded kernel and the most threads a block of it may have.
+// function is a loaded kernel, the most threads a block of it may have, and
+// its parameters' count and largest size (-1: the driver cannot say).
 type function struct {
-	f          C.CUfunction
-	maxThreads int
+	f                    C.CUfunction
+	maxThreads           int
+	params, paramLargest int
 }
 
 // compileAndLoad compiles src with NVRTC for sm_major.minor and loads it
@@ -389,9 +416,9 @@ func (m module) function(name string) (function, error) {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
 	var f function
-	var mt C.int
-	err := check("cuModuleGetFunction "+name, C.mc_function(m.m, cn, &f.f, &mt))
-	f.maxThreads = int(mt) &^ 31
+	var mt, np, largest C.int
+	err := check("cuModuleGetFunction "+name, C.mc_function(m.m, cn, &f.f, &mt, &np, &largest))
+	f.maxThreads, f.params, f.paramLargest = int(mt)&^31, int(np), int(largest)
 	return f, err
 }
 
@@ -406,9 +433,13 @@ func (f function) resident(threads int) (int, error) {
 // launch runs f on stream within dev's context: entering it, opting f in
 // to more than 48 KiB of dynamic shared memory, launching and leaving, all
 // in one cgo call.
-func (c *context) launch(dev int, f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64, nparams int) error {
+func (c *context) launch(dev int, f function, grid, block, shmem int, stream unsafe.Pointer, args []uint64, nparams int, cooperative bool) error {
+	coop := C.int(0)
+	if cooperative {
+		coop = 1
+	}
 	return check("launching a kernel (context, cuFuncSetAttribute, cuLaunchKernel)", C.mc_launch_in(C.int(dev), c.primary,
-		f.f, C.uint(grid), C.uint(block), C.uint(shmem), C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(nparams)))
+		f.f, C.uint(grid), C.uint(block), C.uint(shmem), C.uintptr_t(uintptr(stream)), unsafe.Pointer(&args[0]), C.int(nparams), coop))
 }
 
 // Test support: plain device memory and copies, synchronous.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 
@@ -10,8 +11,27 @@ import (
 // Kernel parameter slots (8 bytes each; narrower values in the low bytes).
 func Ptr(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) }
 func I64(v int64) uint64          { return uint64(v) }
-func I32(v int) uint64            { return uint64(uint32(int32(v))) }
 func F32(v float32) uint64        { return uint64(math.Float32bits(v)) }
+
+// I32 is a 32-bit int parameter. The ops check their sizes with Fit32
+// first; a value that does not fit is a bug, not a truncation.
+func I32(v int) uint64 {
+	if v != int(int32(v)) {
+		panic(fmt.Sprintf("cuda.I32: %d does not fit a 32-bit kernel parameter", v))
+	}
+	return uint64(uint32(int32(v)))
+}
+
+// Fit32 fails (MC_ERR_INVALID_ARGUMENT) unless every size fits the kernels'
+// 32-bit int parameters; what names them (e.g. "x's rows and columns").
+func Fit32(what string, sizes ...int) error {
+	for _, n := range sizes {
+		if n > math.MaxInt32 {
+			return core.Errorf(core.ErrInvalidArgument, "%s: %d is more than CUDA kernels take (2^31 - 1)", what, n)
+		}
+	}
+	return nil
+}
 
 // What the op families share when they launch: kernel names per dtype, block
 // sizes, layouts the kernels take.
@@ -45,10 +65,15 @@ func RowsAhead(dev int, stream unsafe.Pointer, name string, dt core.DType, rows,
 }
 
 // RowStrides are the views' row strides, or an unsupported-layout error for
-// the first whose outer dimensions do not collapse into one strided index.
+// the first whose outer dimensions do not collapse into one strided index,
+// or an invalid-argument one for rows or columns beyond the kernels' 32-bit
+// counts.
 func RowStrides(vs ...*core.View) ([]int64, error) {
 	out := make([]int64, len(vs))
 	for i, v := range vs {
+		if err := Fit32(v.Name+"'s rows and columns", v.Rows, v.Cols); err != nil {
+			return nil, err
+		}
 		s, ok := v.RowStride()
 		if !ok {
 			return nil, core.Errorf(core.ErrUnsupportedLayout, "%s: on CUDA the dimensions before the last must collapse into one strided row index (strides %v)", v.Name, v.Strides)

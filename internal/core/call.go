@@ -110,14 +110,9 @@ func (c *Call) Done(encoder unsafe.Pointer) error {
 		if all[0].DeviceType == DeviceCPU && encoder != nil {
 			return Errorf(ErrInvalidArgument, "encoder must be NULL for CPU tensors")
 		}
-		if b, ok := backends[all[0].DeviceType]; ok {
-			for _, v := range all {
-				if v.N == 0 {
-					continue
-				}
-				if err := b.owns(v.Base, int(v.DeviceID)); err != nil {
-					return Errorf(ErrInvalidArgument, "%s data %v", v.Name, err)
-				}
+		for _, v := range all {
+			if err := CheckOwned(v); err != nil {
+				return err
 			}
 		}
 	}

@@ -165,6 +165,19 @@ func RegisterBackend(deviceType int32, available func() error, owns func(p unsaf
 
 var deviceNames = map[int32]string{DeviceCPU: "CPU", DeviceCUDA: "CUDA", DeviceMetal: "Metal"}
 
+// CheckOwned fails unless v's data is memory of its device, as the device's
+// backend tells (CPU memory and empty views pass).
+func CheckOwned(v *View) error {
+	b, ok := backends[v.DeviceType]
+	if !ok || v.N == 0 {
+		return nil
+	}
+	if err := b.owns(v.Base, int(v.DeviceID)); err != nil {
+		return Errorf(ErrInvalidArgument, "%s data %v", v.Name, err)
+	}
+	return nil
+}
+
 // BackendAvailable reports whether tensors of deviceType can be used.
 func BackendAvailable(deviceType int32) bool {
 	if deviceType == DeviceCPU {

@@ -217,7 +217,33 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	}
 	sc.device.typ, sc.device.id = first.DeviceType, first.DeviceID
 	names := func(at int) string { return lists[at%nl].name + "[" + strconv.Itoa(at/nl) + "]" }
-	return groups, noOverlap(extents, sc, names)
+	owned := func() error { return checkOwned(extents, first.DeviceType, first.DeviceID, names) }
+	return groups, noOverlap(extents, sc, names, owned)
+}
+
+// checkOwned fails unless every tensor's memory belongs to the call's
+// device (a check of the device's backend: none for the CPU), naming the
+// lowest index that fails.
+func checkOwned(es []extent, deviceType, deviceID int32, name func(at int) string) error {
+	if deviceType == core.DeviceCPU {
+		return nil
+	}
+	var mu sync.Mutex
+	firstBad, firstErr := len(es), error(nil)
+	cpu.Parallel(len(es), 1024, func(lo, hi int, _ *cpu.Scratch) {
+		for i := lo; i < hi; i++ {
+			v := core.View{DeviceType: deviceType, DeviceID: deviceID, Base: unsafe.Add(nil, es[i].lo), N: int(es[i].hi - es[i].lo)}
+			if err := core.CheckOwned(&v); err != nil {
+				mu.Lock()
+				if es[i].at < firstBad {
+					firstBad, firstErr = es[i].at, core.Errorf(core.ErrInvalidArgument, "%s%v", name(es[i].at), err)
+				}
+				mu.Unlock()
+				return
+			}
+		}
+	})
+	return firstErr
 }
 
 // checkOne validates tensor t of list k into v: a descriptor of its own,
@@ -244,10 +270,11 @@ func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) er
 
 // noOverlap rejects any two tensors of the call sharing memory: sorted by
 // start, each must end before the next begins (empty tensors, [0, 0), sort
-// first and overlap nothing). name names a tensor by its index. A call with
-// the extents of the last call that passed (a training loop passes the same
-// tensors every step) passes without sorting them again.
-func noOverlap(es []extent, sc *scratch, name func(at int) string) error {
+// first and overlap nothing), and then whatever owned rejects. name names a
+// tensor by its index. A call with the extents of the last call that passed
+// (a training loop passes the same tensors every step) passes without
+// sorting or asking owned again.
+func noOverlap(es []extent, sc *scratch, name func(at int) string, owned func() error) error {
 	lastPassed.Lock()
 	same := slices.Equal(es, lastPassed.extents)
 	lastPassed.Unlock()
@@ -263,6 +290,9 @@ func noOverlap(es []extent, sc *scratch, name func(at int) string) error {
 		if sorted[i].lo < sorted[i-1].hi {
 			return core.Errorf(core.ErrInvalidArgument, "%s overlaps %s", name(sorted[i].at), name(sorted[i-1].at))
 		}
+	}
+	if err := owned(); err != nil {
+		return err
 	}
 	lastPassed.Lock()
 	lastPassed.extents = append(lastPassed.extents[:0], es...)

@@ -200,7 +200,7 @@ func TestNoOverlap(t *testing.T) {
 			}
 		}
 		name := func(at int) string { return []string{"params", "grads"}[at%2] + "[" + strconv.Itoa(at/2) + "]" }
-		err := noOverlap(es, new(scratch), name)
+		err := noOverlap(es, new(scratch), name, noCheck)
 		if c.overlap {
 			require.Error(t, err, c.name)
 			require.Contains(t, err.Error(), "overlaps", c.name)
@@ -208,9 +208,9 @@ func TestNoOverlap(t *testing.T) {
 			require.NoError(t, err, c.name)
 			// again: passes from the remembered extents; then the same
 			// buffer edited in place to overlap: caught
-			require.NoError(t, noOverlap(es, new(scratch), name), c.name)
+			require.NoError(t, noOverlap(es, new(scratch), name, noCheck), c.name)
 			es[len(es)-1].lo, es[len(es)-1].hi = es[1].lo, es[1].hi+4
-			require.Error(t, noOverlap(es, new(scratch), name), c.name+", edited")
+			require.Error(t, noOverlap(es, new(scratch), name, noCheck), c.name+", edited")
 		}
 	}
 }
@@ -300,4 +300,34 @@ func TestAccuracyAgainstPyTorch(t *testing.T) {
 			require.LessOrEqual(t, ours, 2*torch, "%+v: error %.3g, PyTorch's float32 step %.3g", cfg, ours, torch)
 		}
 	})
+}
+
+func noCheck() error { return nil }
+
+// Every tensor's memory is checked to belong to the call's device (a
+// device backend's check; here a stand-in device that owns all memory but
+// one tensor's), and a failure names the tensor and writes nothing.
+func TestDeviceMemoryChecked(t *testing.T) {
+	const fakeDevice = 77
+	s := newSet(t, core.F32, sizes, false)
+	foreign := s.vp[4].Data
+	core.RegisterBackend(fakeDevice, func() error { return nil }, func(p unsafe.Pointer, _ int) error {
+		if p == foreign {
+			return fmt.Errorf("is not memory of the test device")
+		}
+		return nil
+	})
+	for _, list := range [][]*core.Tensor{s.pp, s.gp, s.mp, s.vp} {
+		for i, x := range list {
+			c := *x
+			c.DeviceType = fakeDevice
+			list[i] = &c
+		}
+	}
+	cfg := Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+	before := s.bytes()
+	err := Step(&cfg, s.lists(), nil)
+	require.Equal(t, core.ErrInvalidArgument, tu.Status(t, err), "%v", err)
+	require.Contains(t, err.Error(), "exp_avg_sqs[4] data is not memory of the test device")
+	require.Equal(t, before, s.bytes())
 }

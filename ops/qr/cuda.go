@@ -89,6 +89,9 @@ func cudaWorkspaceBytes(s shapes, mode int32, dev int) (int64, error) {
 // qrCUDA factors on the caller's stream.
 func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 	dev, dt := int(av.DeviceID), av.DType
+	if err := cuda.Fit32("a's batch and matrix sizes", s.batch, s.m, s.n, s.batch*s.m); err != nil {
+		return err
+	}
 	withQ := qv != nil
 	qc := s.qOut(withQ)
 	launch := func(name string, grid, block int, args ...uint64) error {
@@ -158,8 +161,14 @@ func qrCUDA(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 		if (s.m-k0+groups-1)/groups <= panelThreads {
 			panel = "qr_panel_reg" // a row a thread at most: rows in registers
 		}
-		err := launch(panel, s.batch*groups, panelThreads, w, t, part, counters, cuda.I32(arrivals), m, n, cuda.I32(k0),
-			cuda.I32(jb), cuda.I32(l.panels), cuda.I32(groups))
+		// a group's blocks wait for each other: launched cooperatively, the
+		// launch fails rather than hangs should they not all fit at once
+		launchPanel := cuda.Launch
+		if groups > 1 {
+			launchPanel = cuda.LaunchCooperative
+		}
+		err := launchPanel(dev, enc, panel, s.batch*groups, panelThreads, w, t, part, counters, cuda.I32(arrivals), m, n,
+			cuda.I32(k0), cuda.I32(jb), cuda.I32(l.panels), cuda.I32(groups))
 		if err != nil {
 			return cuda.Backend(err)
 		}
