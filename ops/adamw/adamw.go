@@ -24,7 +24,8 @@ type Config struct {
 }
 
 // checkConfig rejects what torch.optim.AdamW rejects, plus what its step
-// cannot use: a step number below 1, eps <= 0, NaN or infinite values.
+// cannot use: a step number below 1, NaN or infinite values. eps = 0 is
+// PyTorch's too (a zero second moment then gives a NaN or infinite step).
 func checkConfig(c *Config) error {
 	if c == nil {
 		return core.Errorf(core.ErrInvalidArgument, "cfg is NULL")
@@ -39,7 +40,7 @@ func checkConfig(c *Config) error {
 		bad("learning rate", c.LR, c.LR >= 0),
 		bad("beta parameter at index 0", c.Beta1, c.Beta1 >= 0 && c.Beta1 < 1),
 		bad("beta parameter at index 1", c.Beta2, c.Beta2 >= 0 && c.Beta2 < 1),
-		bad("epsilon", c.Eps, c.Eps > 0),
+		bad("epsilon", c.Eps, c.Eps >= 0),
 		bad("weight_decay", c.WeightDecay, c.WeightDecay >= 0),
 	} {
 		if e != nil {

@@ -123,7 +123,7 @@ func TestHyperParameters(t *testing.T) {
 	s := newSet(t, core.F32, []int64{5}, false)
 	for _, c := range []func(*Config){
 		func(c *Config) { c.LR = -1 }, func(c *Config) { c.LR = math.NaN() }, func(c *Config) { c.Beta1 = 1 },
-		func(c *Config) { c.Beta2 = -0.1 }, func(c *Config) { c.Eps = 0 }, func(c *Config) { c.WeightDecay = -1 },
+		func(c *Config) { c.Beta2 = -0.1 }, func(c *Config) { c.Eps = -1e-8 }, func(c *Config) { c.WeightDecay = -1 },
 		func(c *Config) { c.Step = 0 }, func(c *Config) { c.Eps = math.Inf(1) },
 	} {
 		cfg := good

@@ -3,6 +3,7 @@ import ctypes
 import functools
 import os
 import pathlib
+import warnings
 
 import torch
 
@@ -11,10 +12,17 @@ _REPO_BUILD = _HERE.parents[2] / "build" / "libmetalcore.so"
 
 
 def _find():
-    tried = []
+    """The library: METALCORE_LIBRARY when set (an ImportError naming it when
+    it is missing or not loadable), else this repository's build/, else the
+    package's own copy."""
     env = os.environ.get("METALCORE_LIBRARY")
-    candidates = ([pathlib.Path(env)] if env else []) + [_REPO_BUILD, _HERE / "libmetalcore.so"]
-    for path in candidates:
+    if env:
+        try:
+            return ctypes.CDLL(env)
+        except OSError as e:
+            raise ImportError(f"metalcore: METALCORE_LIBRARY={env} cannot be loaded: {e}") from None
+    tried = []
+    for path in (_REPO_BUILD, _HERE / "libmetalcore.so"):
         tried.append(str(path))
         if path.is_file():
             try:
@@ -26,8 +34,6 @@ def _find():
 
 
 lib = _find()
-lib.mc_last_error.restype = ctypes.c_char_p
-lib.mc_version_string.restype = ctypes.c_char_p
 
 
 class Tensor(ctypes.Structure):
@@ -68,9 +74,57 @@ def encoder(t):
 class MetalcoreError(RuntimeError):
     """A call metalcore refused; the message is its own, status its mc_status."""
 
-    def __init__(self, message, status):
+    def __init__(self, message, status=None):
         super().__init__(message)
         self.status = status
+
+    def __reduce__(self):  # picklable (multiprocessing, deepcopy) with its status
+        return (MetalcoreError, (str(self), self.status))
+
+
+# Every function of the header, typed: (restype, argtypes).
+_P, _I32, _I64, _F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
+_T = ctypes.POINTER(Tensor)
+_TL = ctypes.POINTER(_T)
+_SIGNATURES = {
+    "mc_version": (_I32, []), "mc_version_string": (ctypes.c_char_p, []),
+    "mc_backend_available": (_I32, [_I32]), "mc_last_error": (ctypes.c_char_p, []),
+    "mc_rmsnorm_fwd": (_I32, [_T, _T, _F, _T, _T, _P]),
+    "mc_rmsnorm_bwd_workspace_size": (_I32, [_T, ctypes.POINTER(_I64)]),
+    "mc_rmsnorm_bwd": (_I32, [_T, _T, _T, _T, _T, _T, _T, _P]),
+    "mc_fused_add_rmsnorm_fwd": (_I32, [_T, _T, _T, _F, _T, _T, _T, _P]),
+    "mc_layernorm_fwd": (_I32, [_T, _T, _T, _F, _T, _T, _T, _P]),
+    "mc_layernorm_bwd_workspace_size": (_I32, [_T, ctypes.POINTER(_I64)]),
+    "mc_layernorm_bwd": (_I32, [_T, _T, _T, _T, _T, _T, _T, _T, _T, _P]),
+    "mc_softmax_fwd": (_I32, [_T, _T, _P]), "mc_softmax_bwd": (_I32, [_T, _T, _T, _P]),
+    "mc_gelu_fwd": (_I32, [_T, _I32, _T, _P]), "mc_gelu_bwd": (_I32, [_T, _T, _I32, _T, _P]),
+    "mc_silu_fwd": (_I32, [_T, _T, _P]), "mc_silu_bwd": (_I32, [_T, _T, _T, _P]),
+    "mc_adamw_step": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _P]),
+    "mc_qr_workspace_size": (_I32, [_T, _I32, ctypes.POINTER(_I64)]),
+    "mc_qr": (_I32, [_T, _I32, _T, _T, _T, _P]),
+    "mc_cuda_prepare": (_I32, [_I32]),
+}
+for _name, (_res, _args) in _SIGNATURES.items():
+    _fn = getattr(lib, _name)
+    _fn.restype, _fn.argtypes = _res, _args
+
+# A process forked after the library was loaded cannot use it (the Go
+# runtime inside does not survive fork; every call there fails with
+# MC_ERR_BACKEND): the child computes with PyTorch's own ops instead.
+_forked = False
+
+
+def _in_child():
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_in_child)
+
+
+def forked():
+    """Whether this is a child forked after metalcore was loaded."""
+    return _forked
 
 
 def call(name, *args):
@@ -97,5 +151,17 @@ def check(status):
 
 
 def available(device_type):
-    """Whether metalcore has a backend for this torch device type (asked once)."""
+    """Whether metalcore has a backend for this torch device type (none in a
+    forked child, which says so once)."""
+    if _forked:
+        _warn_forked()
+        return False
     return device_type in DEVICES and bool(lib.mc_backend_available(DEVICES[device_type]))
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_forked():
+    warnings.warn("metalcore: this process was forked after metalcore was loaded, and metalcore cannot run in "
+                  "such a child (the Go runtime inside it does not survive fork); PyTorch's own ops are used "
+                  "here instead. Use the spawn or forkserver start method to run metalcore in workers.",
+                  RuntimeWarning, stacklevel=3)

@@ -2,8 +2,29 @@
 import ctypes
 
 import torch
+import torch.nn.functional as F
 
-from ._lib import available, call, check, describe, encoder, lib
+from ._lib import available, call, check, describe, encoder, forked, lib
+
+# PyTorch's own functions, taken before any override is installed: the
+# differentiable backward and the forked-child fallback compute with them.
+_torch_gelu, _torch_silu, _torch_softmax, _torch_layer_norm = F.gelu, F.silu, F.softmax, F.layer_norm
+
+
+def _torch_rms_norm(x, weight, eps):
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return y if weight is None else y * weight
+
+
+def _vjp(fn, inputs, dy, needs):
+    """The gradients of fn(*inputs) (PyTorch's own ops) for dy, themselves
+    differentiable: the backward used when the graph of the backward is
+    being built (create_graph), so that a second derivative is PyTorch's."""
+    with torch.enable_grad():
+        wrt = [t for t, n in zip(inputs, needs) if n]
+        grads = iter(torch.autograd.grad(fn(*inputs), wrt, dy, create_graph=True, allow_unused=True))
+    return tuple(next(grads) if n else None for n in needs)
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -40,11 +61,14 @@ class _RMSNorm(torch.autograd.Function):
         rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
         call("rmsnorm_fwd", x, weight, eps, y, rstd, encoder(x))
         ctx.save_for_backward(x, weight, rstd)
+        ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return _vjp(lambda x, w: _torch_rms_norm(x, w, ctx.eps), (x, weight), dy, ctx.needs_input_grad[:2]) + (None,)
         dy = _grad_out(dy)
         dx = torch.empty_like(x)
         want_dw = weight is not None and ctx.needs_input_grad[1]
@@ -61,13 +85,16 @@ class _LayerNorm(torch.autograd.Function):
         mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
         rstd = torch.empty_like(mean)
         call("layernorm_fwd", x, weight, bias, eps, y, mean, rstd, encoder(x))
-        ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.has_bias, ctx.eps = bias is not None, eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight, mean, rstd = ctx.saved_tensors
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return _vjp(lambda x, w, b: _torch_layer_norm(x, x.shape[-1:], w, b, ctx.eps), (x, weight, bias), dy,
+                        ctx.needs_input_grad[:3]) + (None,)
         dy = _grad_out(dy)
         dx = torch.empty_like(x)
         want_dw = weight is not None and ctx.needs_input_grad[1]
@@ -90,6 +117,8 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # in ops on y, which differentiate through this function again
+            return y * (dy - (dy * y).sum(-1, keepdim=True))
         dx = torch.empty_like(y)
         call("softmax_bwd", _grad_out(dy), y, dx, encoder(y))
         return dx
@@ -107,6 +136,9 @@ class _Gelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            approximate = "tanh" if ctx.tanh_form else "none"
+            return _vjp(lambda x: _torch_gelu(x, approximate=approximate), (x,), dy, (True,)) + (None,)
         dx = torch.empty_like(x)
         call("gelu_bwd", _grad_out(dy), x, ctx.tanh_form, dx, encoder(x))
         return dx, None
@@ -123,6 +155,8 @@ class _Silu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return _vjp(_torch_silu, (x,), dy, (True,))[0]
         dx = torch.empty_like(x)
         call("silu_bwd", _grad_out(dy), x, dx, encoder(x))
         return dx
@@ -146,14 +180,20 @@ _NO_CTX = _NoCtx()
 
 
 def _need(ok, what):
+    """Raises for an input metalcore does not take; False in a forked child,
+    where the caller computes with PyTorch instead."""
+    if not ok and forked():
+        return False
     if not ok:
         raise ValueError(f"metalcore.{what}: unsupported input (dtype, device or layout); "
                          "the PyTorch overrides fall back to PyTorch for such inputs")
+    return True
 
 
 def rms_norm(x, weight=None, eps=1e-6):
     """x / sqrt(mean(x^2, -1) + eps) * weight, differentiable."""
-    _need(supported(x, weight), "rms_norm")
+    if not _need(supported(x, weight), "rms_norm"):
+        return _torch_rms_norm(x, weight, eps)
     return rms_norm_unchecked(x, weight, eps)
 
 
@@ -167,7 +207,9 @@ def rms_norm_unchecked(x, weight, eps):
 def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
     """Returns (rms_norm(x + residual) * weight, x + residual) in one pass
     (inference: not differentiable)."""
-    _need(supported(x, residual, weight), "fused_add_rms_norm")
+    if not _need(supported(x, residual, weight), "fused_add_rms_norm"):
+        out = x + residual
+        return _torch_rms_norm(out, weight, eps), out
     y, out = torch.empty_like(x), torch.empty_like(residual)
     call("fused_add_rmsnorm_fwd", x, residual, weight, float(eps), y, out, None, encoder(x))
     return y, out
@@ -175,7 +217,8 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """LayerNorm over the last dimension, differentiable."""
-    _need(supported(x, weight, bias), "layer_norm")
+    if not _need(supported(x, weight, bias), "layer_norm"):
+        return _torch_layer_norm(x, x.shape[-1:], weight, bias, eps)
     return layer_norm_unchecked(x, weight, bias, eps)
 
 
@@ -185,7 +228,8 @@ def layer_norm_unchecked(x, weight, bias, eps):
 
 def softmax(x, dim=-1):
     """Softmax over the last dimension, differentiable."""
-    _need(supported(x) and dim in (-1, x.dim() - 1), "softmax")
+    if not _need(supported(x) and dim in (-1, x.dim() - 1), "softmax"):
+        return _torch_softmax(x, dim)
     return softmax_unchecked(x)
 
 
@@ -195,7 +239,8 @@ def softmax_unchecked(x):
 
 def gelu(x, approximate="none"):
     """GELU ('none': erf, 'tanh'), differentiable."""
-    _need(supported(x) and approximate in ("none", "tanh"), "gelu")
+    if not _need(supported(x) and approximate in ("none", "tanh"), "gelu"):
+        return _torch_gelu(x, approximate=approximate)
     return gelu_unchecked(x, approximate)
 
 
@@ -205,7 +250,8 @@ def gelu_unchecked(x, approximate):
 
 def silu(x):
     """SiLU, differentiable."""
-    _need(supported(x), "silu")
+    if not _need(supported(x), "silu"):
+        return _torch_silu(x)
     return silu_unchecked(x)
 
 

@@ -15,10 +15,6 @@ DEFAULTS = {
 }
 ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
 
-_originals = {}
-_enabled = {}  # op -> set of device types
-
-
 def _rms_norm(orig):
     def rms_norm(input, normalized_shape, weight=None, eps=None):
         shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
@@ -74,46 +70,105 @@ def _qr(orig):
     return qr
 
 
-_WRAPPERS = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax, "gelu": _gelu, "silu": _silu,
-             "qr": _qr}
+_FACTORIES = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax, "gelu": _gelu, "silu": _silu,
+              "qr": _qr}
 # where each patched function lives
 _MODULES = {"qr": torch.linalg}
+
+
+def _module(op):
+    return _MODULES.get(op, F)
+
+
+def _patched(op, original):
+    """The function installed for op: made once, at import, around PyTorch's
+    original, and kept. It is a module-level function here, so it pickles by
+    reference (a module that stored it, as TransformerEncoderLayer stores its
+    activation, stays picklable after the overrides are turned off), and
+    TorchScript sees the original: the same builtin op where the original is
+    one, else the original's source (torch.jit.script's rule for
+    script-if-tracing wrappers)."""
+    fn = _FACTORIES[op](lambda *args, **kwargs: _ORIGINALS[op](*args, **kwargs))
+    fn.__qualname__ = "patched_" + op  # what pickle looks up
+    fn.__name__ = getattr(original, "__name__", op)  # what TorchScript names the original's compiled source
+    fn.__module__ = __name__
+    fn.__wrapped__ = original
+    builtin = torch.jit._builtins._find_builtin(original)
+    if builtin is not None:
+        torch.jit._builtins._register_builtin(fn, builtin)
+    else:
+        fn.__script_if_tracing_wrapper = True
+        fn.__original_fn = original
+    globals()[fn.__qualname__] = fn
+    return fn
+
+
+# PyTorch's originals and their replacements, for the ops this PyTorch has
+# (F.rms_norm only from 2.4 on).
+_ORIGINALS = {op: getattr(_module(op), op) for op in ALL if hasattr(_module(op), op)}
+_PATCHES = {op: _patched(op, orig) for op, orig in _ORIGINALS.items()}
+
+_enabled = {}  # op -> the device types it is on for
 
 
 def _on(op, t):
     return isinstance(t, torch.Tensor) and t.device.type in _enabled.get(op, ())
 
 
+def _apply(enabled):
+    """Makes the overrides exactly `enabled` (op -> device types): patched
+    where on, and elsewhere the exact function that was there when the op
+    was last turned on (PyTorch's, or whatever else had patched it)."""
+    for op, patch in _PATCHES.items():
+        module = _module(op)
+        on = bool(enabled.get(op))
+        current = getattr(module, op)
+        if on and current is not patch:
+            _ORIGINALS[op] = current
+            if hasattr(patch, "__original_fn"):
+                patch.__original_fn = current
+        if on:
+            setattr(module, op, patch)
+        elif current is patch:
+            setattr(module, op, _ORIGINALS[op])
+    _enabled.clear()
+    _enabled.update({op: set(d) for op, d in enabled.items() if d and op in _PATCHES})
+
+
+def _selection(ops):
+    if ops is None:
+        return {op: {d for d, names in DEFAULTS.items() if op in names} for op in ALL}
+    unknown = set(ops) - ALL
+    if unknown:
+        raise ValueError(f"metalcore: unknown ops {sorted(unknown)}; known: {sorted(ALL)}")
+    return {op: {"cpu", "cuda"} for op in ops}
+
+
 def enable_pytorch_overrides(ops=None):
-    """Patches torch.nn.functional's functions with metalcore's. ops: names
-    from ALL (on every device), or None for DEFAULTS. Idempotent."""
-    for op in ALL:
-        if ops is None:
-            devices = {d for d, names in DEFAULTS.items() if op in names}
-        else:
-            devices = {"cpu", "cuda"} if op in ops else set()
-        module = _MODULES.get(op, F)
-        if not devices or not hasattr(module, op):  # e.g. F.rms_norm before PyTorch 2.4
-            continue
-        _enabled[op] = devices
-        if op not in _originals:
-            _originals[op] = getattr(module, op)
-            setattr(module, op, _WRAPPERS[op](_originals[op]))
+    """Makes the overrides exactly ops: names from ALL (on every device), or
+    None for DEFAULTS. Ops not named go back to PyTorch's originals, so
+    enable(['gelu']) then enable(['silu']) leaves only silu on. Idempotent."""
+    _apply(_selection(ops))
 
 
 def disable_pytorch_overrides():
     """Puts back the exact original functions."""
-    for op, orig in _originals.items():
-        setattr(_MODULES.get(op, F), op, orig)
-    _originals.clear()
-    _enabled.clear()
+    _apply({})
+
+
+def active_overrides():
+    """What is patched now: op -> the device types it is on for."""
+    return {op: sorted(d) for op, d in _enabled.items()}
 
 
 @contextlib.contextmanager
 def pytorch_overrides(ops=None):
-    """with metalcore.pytorch_overrides(): ... — enabled inside, restored after."""
-    enable_pytorch_overrides(ops)
+    """with metalcore.pytorch_overrides(ops): ... — exactly ops inside; on
+    exit the overrides are what they were before (blocks nest, and an
+    enable_pytorch_overrides() outside them stays)."""
+    before = {op: set(d) for op, d in _enabled.items()}
+    _apply(_selection(ops))
     try:
         yield
     finally:
-        disable_pytorch_overrides()
+        _apply(before)

@@ -3,10 +3,11 @@ import ctypes
 
 import torch
 
-from ._lib import available, call, encoder
+from ._lib import available, call, encoder, forked
 from ._ops import supported
 
 _MODES = {"reduced": 0, "complete": 1, "r": 2}
+_torch_qr = torch.linalg.qr  # PyTorch's own, for a forked child
 
 
 def takes(a, mode):
@@ -21,6 +22,8 @@ def takes(a, mode):
 def qr(a, mode="reduced"):
     """(Q, R) as torch.linalg.qr returns them (Q empty in mode 'r')."""
     if not takes(a, mode):
+        if forked():
+            return _torch_qr(a, mode)
         raise ValueError("metalcore.linalg.qr: unsupported input (device, dtype, layout, mode, or gradient wanted)")
     return qr_unchecked(a, mode)
 

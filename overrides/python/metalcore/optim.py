@@ -54,32 +54,57 @@ class AdamW(torch.optim.Optimizer):
             state["max_exp_avg_sq"] = torch.zeros_like(state["exp_avg_sq"])
         return state
 
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict (from metalcore's AdamW or
+        PyTorch's), with the moments kept float32: PyTorch casts them to each
+        parameter's dtype, which a 16-bit parameter's state must not become."""
+        super().load_state_dict(state_dict)
+        saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for pid, p in zip(saved_ids, params):
+            saved = state_dict["state"].get(pid, {})
+            for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                if k in saved:
+                    self.state[p][k] = saved[k].to(device=p.device, dtype=torch.float32,
+                                                   memory_format=torch.contiguous_format, copy=True)
+
     @torch.no_grad()
     def step(self, closure=None):
+        """One step. The library's calls come first and all-or-nothing: a
+        step the library refuses raises with nothing updated, step counts
+        included."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        work = []  # (group, library batches, params PyTorch's arithmetic steps)
         for group in self.param_groups:
-            amsgrad, maximize = group["amsgrad"], group["maximize"]
-            batches = {}  # (device, step) -> lists for one library call
+            amsgrad = group["amsgrad"]
+            batches, rest = {}, []  # batches: (device, step) -> lists for one library call
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
                     raise RuntimeError("AdamW does not support sparse gradients")
                 state = self._state(p, amsgrad)
-                state["step"] += 1
-                step = int(state["step"].item())
+                step = int(state["step"].item()) + 1
                 tensors = [p, p.grad, state["exp_avg"], state["exp_avg_sq"]]
                 if amsgrad:
                     tensors.append(state["max_exp_avg_sq"])
                 if supported(p, p.grad) and all(t.is_contiguous() and t.device == p.device for t in tensors[2:]):
                     batches.setdefault((p.device, step), []).append(tensors)
                 else:
-                    _torch_step(group, step, *tensors)
+                    rest.append((step, tensors))
+            work.append((group, batches, rest))
+        for group, batches, _ in work:
             for (device, step), items in batches.items():
                 self._library_step(group, step, items, device)
+                for tensors in items:
+                    self.state[tensors[0]]["step"] += 1
+        for group, _, rest in work:
+            for step, tensors in rest:
+                _torch_step(group, step, *tensors)
+                self.state[tensors[0]]["step"] += 1
         return loss
 
     def _library_step(self, group, step, items, device):
