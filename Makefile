@@ -9,9 +9,11 @@ export GOEXPERIMENT := simd
 LIB     := build/libmetalcore.so
 SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
-ARM64_PKGS  := encoder/cpu ops/norm ops/softmax ops/activation ops
+# every package with tests in a pure-Go arm64 build (the c-shared entry point
+# and the CUDA driver's tests need cgo)
+ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: test-python all demo test test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: test-python all demo test test-generated test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -27,8 +29,15 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: test-go test-portable test-race test-header test-c test-arm64 test-python
+test: test-generated test-go test-portable test-race test-header test-c test-arm64 test-python
 	@echo "make test: all passed"
+
+# the AVX2 kernels are generated from the AVX-512 template: regenerate and
+# fail when the committed file differs
+test-generated:
+	@mkdir -p build && cp encoder/cpu/simd/avx2/kernels.go build/avx2_kernels.go.committed
+	$(GO) generate ./encoder/cpu/simd/avx512/
+	@cmp -s encoder/cpu/simd/avx2/kernels.go build/avx2_kernels.go.committed || { echo "encoder/cpu/simd/avx2/kernels.go differs from what go generate writes from the avx512 template (now regenerated: commit it)"; exit 1; }
 
 test-go:
 	$(GO) vet ./...

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"metalcore/encoder/cpu"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )
@@ -261,4 +262,34 @@ func sumScale(c tu.Case, dy, x, rstd []float64) float64 {
 		s *= tu.RMS(x) * tu.RMS(rstd)
 	}
 	return s
+}
+
+// The weight and bias gradients are sums over rows, split across workers:
+// the split must not depend on the thread count, so results are bit for
+// bit the same with 1 thread and with many.
+func TestThreadCountDeterminism(t *testing.T) {
+	defer cpu.SetThreads(cpu.SetThreads(1))
+	tu.ForEachISA(t, func(t *testing.T) {
+		for _, dt := range tu.DTypes {
+			for _, shape := range [][]int64{{3000, 64}, {517, 1031}, {64, 4096}} {
+				c := tu.Case{DT: dt, Shape: shape}
+				w, wv := weights(c, t, true, 0.5)
+				dy, x, _, _, mean, rstd := bwdInputs(t, c, true, wv, nil)
+				var runs [][][]byte
+				for _, threads := range []int{1, 2, 3, 8} {
+					cpu.SetThreads(threads)
+					dx := tu.New(dt, shape)
+					dw, db := tu.New(dt, []int64{shape[1]}), tu.New(dt, []int64{shape[1]})
+					rdx, rdw := tu.New(dt, shape), tu.New(dt, []int64{shape[1]})
+					ws := workspace(t, LayerNormBwdWorkspace, x)
+					require.NoError(t, LayerNormBwd(dy.Ptr(), x.Ptr(), w.Ptr(), mean.Ptr(), rstd.Ptr(), dx.Ptr(), dw.Ptr(), db.Ptr(), ws.Ptr(), nil))
+					require.NoError(t, RMSNormBwd(dy.Ptr(), x.Ptr(), w.Ptr(), rstd.Ptr(), rdx.Ptr(), rdw.Ptr(), ws.Ptr(), nil))
+					runs = append(runs, [][]byte{dx.Bytes(), dw.Bytes(), db.Bytes(), rdx.Bytes(), rdw.Bytes()})
+				}
+				for i, r := range runs[1:] {
+					require.Equal(t, runs[0], r, "%s %v: %d threads differ from 1", dt, shape, []int{2, 3, 8}[i])
+				}
+			}
+		}
+	})
 }
