@@ -3,11 +3,23 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import metalcore  # noqa: E402
 
 DEVICES = metalcore.backends()
+# PyTorch's functions before any test patches them
+ORIGINALS = {name: getattr(F, name) for name in ("layer_norm", "softmax", "gelu", "silu")}
+
+
+@pytest.fixture
+def restore_overrides():
+    """Turns the overrides off after the test and checks the originals are back."""
+    yield
+    metalcore.disable_pytorch_overrides()
+    for name, fn in ORIGINALS.items():
+        assert getattr(F, name) is fn
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3}
 
 

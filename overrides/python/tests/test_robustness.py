@@ -18,15 +18,9 @@ import torch.nn.functional as F
 
 import metalcore
 
-ORIGINALS = {name: getattr(F, name) for name in ("layer_norm", "softmax", "gelu", "silu")}
+from conftest import ORIGINALS
 
-
-@pytest.fixture(autouse=True)
-def restore():
-    yield
-    metalcore.disable_pytorch_overrides()
-    for name, fn in ORIGINALS.items():
-        assert getattr(F, name) is fn
+pytestmark = pytest.mark.usefixtures("restore_overrides")
 
 
 # ---- double backward --------------------------------------------------------
