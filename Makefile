@@ -7,18 +7,60 @@ CC      ?= gcc
 export GOEXPERIMENT := simd
 
 LIB     := build/libmetalcore.so
-SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo
+# the version is the header's (MC_VERSION_*); the SONAME carries the major
+MC_MAJOR := $(shell sed -n 's/^\#define MC_VERSION_MAJOR //p' include/metalcore.h)
+MC_MINOR := $(shell sed -n 's/^\#define MC_VERSION_MINOR //p' include/metalcore.h)
+MC_PATCH := $(shell sed -n 's/^\#define MC_VERSION_PATCH //p' include/metalcore.h)
+VERSION := $(MC_MAJOR).$(MC_MINOR).$(MC_PATCH)
+SONAME  := libmetalcore.so.$(MC_MAJOR)
+SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo Makefile
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # every package with tests in a pure-Go arm64 build (the c-shared entry point
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: test-python all demo test test-generated test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: test-python all demo static install uninstall deps test test-generated test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
+# cgo writes its own header next to the library; include/metalcore.h is the
+# contract, so that one is removed
 $(LIB): $(SOURCES)
-	$(GO) build -buildmode=c-shared -o $@ ./capi
+	$(GO) build -buildmode=c-shared -ldflags='-extldflags=-Wl,-soname,$(SONAME)' -o $@ ./capi
+	rm -f build/libmetalcore.h
+
+# the static archive: for a C or C++ program with no other Go library in it
+# (each Go archive or shared library brings a Go runtime; a process holds one)
+static: build/libmetalcore.a
+build/libmetalcore.a: $(SOURCES)
+	$(GO) build -buildmode=c-archive -o $@ ./capi
+	rm -f build/libmetalcore.h
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+LIBDIR  := $(DESTDIR)$(PREFIX)/lib
+INCDIR  := $(DESTDIR)$(PREFIX)/include
+CMAKEDIR := $(LIBDIR)/cmake/metalcore
+SUBST   := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MC_MAJOR)|g'
+
+# make install PREFIX=/usr/local DESTDIR=: the library with its SONAME and
+# links, the header, pkg-config and CMake files; the static archive too when
+# make static built it
+install: $(LIB)
+	install -d $(LIBDIR)/pkgconfig $(CMAKEDIR) $(INCDIR)
+	install -m 755 $(LIB) $(LIBDIR)/libmetalcore.so.$(VERSION)
+	ln -sf libmetalcore.so.$(VERSION) $(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(LIBDIR)/libmetalcore.so
+	install -m 644 include/metalcore.h $(INCDIR)/metalcore.h
+	$(SUBST) packaging/metalcore.pc.in > $(LIBDIR)/pkgconfig/metalcore.pc
+	$(SUBST) packaging/metalcoreConfig.cmake.in > $(CMAKEDIR)/metalcoreConfig.cmake
+	$(SUBST) packaging/metalcoreConfigVersion.cmake.in > $(CMAKEDIR)/metalcoreConfigVersion.cmake
+	if [ -f build/libmetalcore.a ]; then install -m 644 build/libmetalcore.a $(LIBDIR)/libmetalcore.a; fi
+
+uninstall:
+	rm -f $(LIBDIR)/libmetalcore.so.$(VERSION) $(LIBDIR)/$(SONAME) $(LIBDIR)/libmetalcore.so $(LIBDIR)/libmetalcore.a
+	rm -f $(INCDIR)/metalcore.h $(LIBDIR)/pkgconfig/metalcore.pc
+	rm -rf $(CMAKEDIR)
 
 build/demo: examples/demo.c include/metalcore.h
 	@mkdir -p build
@@ -29,8 +71,24 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: test-generated test-go test-portable test-race test-header test-c test-arm64 test-python
+test: deps test-generated test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-python
 	@echo "make test: all passed"
+
+# What the tests and benchmarks need from Debian: checked, and installed with
+# apt-get where this user may (root, or sudo without a password); otherwise
+# the one command that would.
+DEBS := gcc g++ make pkgconf cmake qemu-user-static python3-torch python3-numpy python3-pytest python3-venv \
+	libopenblas0-pthread
+deps:
+	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	missing=$$(echo $$missing); \
+	if [ -z "$$missing" ]; then echo "make deps: all present"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	else echo "make deps: missing $$missing; install them with:"; \
+		echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends $$missing"; exit 1; fi; \
+	echo "make deps: installing $$missing"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing
 
 # the AVX2 kernels are generated from the AVX-512 template: regenerate and
 # fail when the committed file differs
@@ -70,6 +128,32 @@ build/static_tls.so: tests/c/static_tls.c
 test-c: $(LIB) build/abi_test build/static_tls.so
 	./build/abi_test $(LIB)
 	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 ./build/abi_test $(LIB) build/static_tls.so
+
+# make install into a staging DESTDIR (the layout), and into a temporary
+# prefix that a C++ program finds through CMake and through pkg-config
+STAGE := build/stage
+test-install: $(LIB) build/libmetalcore.a
+	rm -rf $(STAGE) build/prefix build/cpp-cmake
+	$(MAKE) -s install DESTDIR=$(CURDIR)/$(STAGE) PREFIX=/usr
+	@for f in lib/libmetalcore.so.$(VERSION) lib/$(SONAME) lib/libmetalcore.so lib/libmetalcore.a include/metalcore.h \
+		lib/pkgconfig/metalcore.pc lib/cmake/metalcore/metalcoreConfig.cmake lib/cmake/metalcore/metalcoreConfigVersion.cmake; do \
+		test -e $(STAGE)/usr/$$f || { echo "make install: $$f missing"; exit 1; }; done
+	readelf -d $(STAGE)/usr/lib/libmetalcore.so.$(VERSION) | grep -q 'SONAME.*\[$(SONAME)\]'
+	$(MAKE) -s uninstall DESTDIR=$(CURDIR)/$(STAGE) PREFIX=/usr
+	test -z "$$(find $(STAGE) -type f -o -type l)"
+	$(MAKE) -s install PREFIX=$(CURDIR)/build/prefix
+	cmake -S examples/cpp -B build/cpp-cmake -DCMAKE_PREFIX_PATH=$(CURDIR)/build/prefix -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/cpp-cmake >/dev/null
+	./build/cpp-cmake/metalcore_example
+	PKG_CONFIG_PATH=$(CURDIR)/build/prefix/lib/pkgconfig g++ -std=c++11 -Wall -Werror -o build/cpp-pkgconfig examples/cpp/main.cpp \
+		$$(PKG_CONFIG_PATH=$(CURDIR)/build/prefix/lib/pkgconfig pkg-config --cflags --libs metalcore)
+	LD_LIBRARY_PATH=$(CURDIR)/build/prefix/lib ./build/cpp-pkgconfig
+	g++ -std=c++11 -o build/cpp-static examples/cpp/main.cpp -Ibuild/prefix/include build/prefix/lib/libmetalcore.a -lpthread -ldl -lm
+	./build/cpp-static
+
+# a Go program outside the module, using the Go API through a replace directive
+test-go-api:
+	cd examples/go && $(GO) run .
 
 # the Python shim against the PyTorch this machine has (Debian's python3-torch)
 test-python: $(LIB)

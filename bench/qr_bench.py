@@ -17,6 +17,26 @@ from report import Report  # noqa: E402  (the scripts' shared table)
 
 SHAPES = [(2000, 32, 32), (200, 128, 128), (1, 1024, 1024), (1, 2048, 512)]
 
+# Optimized LAPACKs, by a part of their library's path. Debian's torch uses
+# whichever libblas/liblapack the system's alternatives point at: the
+# reference LAPACK makes every ratio look several times better than it is.
+OPTIMIZED = {"openblas": "OpenBLAS", "libmkl": "MKL", "blis": "BLIS", "atlas": "ATLAS"}
+
+
+def lapack():
+    """The LAPACK torch.linalg.qr runs on, read from this process's loaded
+    libraries; exits when it is the reference one."""
+    torch.linalg.qr(torch.randn(8, 8))  # loads it
+    libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if ".so" in line.split()[-1]})
+    for part, name in OPTIMIZED.items():
+        found = [p for p in libs if part in p]
+        if found:
+            named = [p for p in found if part in p.rsplit("/", 1)[-1]] or found
+            return f"{name} ({named[0].rsplit('/', 1)[-1]})"
+    blas = [p for p in libs if "lapack" in p or "blas" in p]
+    sys.exit("qr_bench: torch is not using an optimized LAPACK (loaded: " + (", ".join(blas) or "none") +
+             "); install one, e.g. apt-get install libopenblas0-pthread, and run again")
+
 
 def best_ms(fn, reps=7):
     fn()
@@ -34,8 +54,8 @@ def main():
 
     emit("# QR benchmark (CPU)")
     emit("")
-    emit(f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads), metalcore {metalcore.__version__}, "
-         "float32, reduced mode (Q and R), median of 7 runs after two warm-ups.")
+    emit(f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads) with {lapack()}, "
+         f"metalcore {metalcore.__version__}, float32, reduced mode (Q and R), median of 7 runs after two warm-ups.")
     emit("")
     emit("| batch × m × n | metalcore ms | GFLOP/s | torch ms | GFLOP/s | speed-up | "
          "metalcore ms, outputs given | torch ms, out= | speed-up |")
