@@ -19,7 +19,7 @@ CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: test-python all demo static install uninstall deps test test-generated test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: test-python python all demo static install uninstall deps test test-generated test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -78,7 +78,7 @@ test: deps test-generated test-go test-portable test-race test-header test-c tes
 # apt-get where this user may (root, or sudo without a password); otherwise
 # the one command that would.
 DEBS := gcc g++ make pkgconf cmake qemu-user-static python3-torch python3-numpy python3-pytest python3-venv \
-	libopenblas0-pthread
+	python3-setuptools python3-wheel libopenblas0-pthread
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	missing=$$(echo $$missing); \
@@ -123,11 +123,13 @@ build/static_tls.so: tests/c/static_tls.c
 	@mkdir -p build
 	$(CC) -shared -fPIC -O1 -o $@ $<
 
-# twice: as the machine is, and with the driver "missing"; the second time
-# loaded after a library that takes most of glibc's static TLS reserve
+# twice: as the machine is, and with the driver "missing", the portable
+# kernels forced, an invalid thread count (one warning, the default used)
+# and the library loaded after one that takes most of glibc's static TLS
 test-c: $(LIB) build/abi_test build/static_tls.so
 	./build/abi_test $(LIB)
-	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 ./build/abi_test $(LIB) build/static_tls.so
+	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 MC_CPU_ISA=portable MC_NUM_THREADS=abc ./build/abi_test $(LIB) build/static_tls.so 2>build/abi_test.stderr; \
+		status=$$?; cat build/abi_test.stderr; [ $$status = 0 ] && grep -q 'MC_NUM_THREADS="abc" is not a positive integer' build/abi_test.stderr
 
 # make install into a staging DESTDIR (the layout), and into a temporary
 # prefix that a C++ program finds through CMake and through pkg-config
@@ -155,9 +157,24 @@ test-install: $(LIB) build/libmetalcore.a
 test-go-api:
 	cd examples/go && $(GO) run .
 
-# the Python shim against the PyTorch this machine has (Debian's python3-torch)
-test-python: $(LIB)
-	$(PYTHON) -m pytest -q overrides/python/tests
+# the Python package with the library inside it (pip install ./overrides/python)
+python: overrides/python/metalcore/libmetalcore.so
+overrides/python/metalcore/libmetalcore.so: $(LIB)
+	cp $(LIB) $@
+
+# the Python package installed into a fresh virtual environment over the
+# PyTorch this machine has (Debian's python3-torch), tested there (the
+# installed copy, not the source tree); an editable install imported too
+VENV := build/venv
+test-python: python
+	rm -rf $(VENV) build/venv-editable
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install -q --no-index --no-build-isolation ./overrides/python
+	cd build && venv/bin/python -c "import metalcore, sys; sys.exit('site-packages' not in metalcore.__file__)"
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider overrides/python/tests
+	$(PYTHON) -m venv --system-site-packages build/venv-editable
+	build/venv-editable/bin/pip install -q --no-index --no-build-isolation -e ./overrides/python
+	cd build && venv-editable/bin/python -c "import metalcore; print('editable install:', metalcore.info()['library'])"
 
 # arm64: the pure-Go packages cross-compiled and run under qemu-user-static.
 test-arm64:

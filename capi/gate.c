@@ -39,6 +39,12 @@ const char* mc_version_string(void) {
 int32_t mcgo_backend_available(int32_t device_type);
 int32_t mc_backend_available(int32_t device_type) { return mc_forked ? 0 : mcgo_backend_available(device_type); }
 
+int32_t mcgo_cpu_threads(void);
+int32_t mc_cpu_threads(void) { return mc_forked ? 0 : mcgo_cpu_threads(); }
+
+const char* mcgo_cpu_isa(void);
+const char* mc_cpu_isa(void) { return mc_forked ? "" : mcgo_cpu_isa(); }
+
 #define MC_GATED(name, params, args)                                               \
     mc_status mcgo_##name params;                                                  \
     mc_status mc_##name params { return mc_forked ? mc_refuse_forked("mc_" #name) : mcgo_##name args; }
@@ -81,3 +87,4 @@ MC_GATED(qr_workspace_size, (cten* a, int32_t mode, int64_t* bytes), (a, mode, b
 MC_GATED(qr, (cten* a, int32_t mode, mc_tensor* q, mc_tensor* r, mc_tensor* workspace, void* encoder),
          (a, mode, q, r, workspace, encoder))
 MC_GATED(cuda_prepare, (int32_t device_id), (device_id))
+MC_GATED(set_cpu_threads, (int32_t n), (n))

@@ -16,8 +16,10 @@ import "C"
 
 import (
 	"runtime/debug"
+	"sync"
 	"unsafe"
 
+	"metalcore/encoder/cpu"
 	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
@@ -55,6 +57,34 @@ func mcgo_backend_available(deviceType C.int32_t) C.int32_t {
 		return 1
 	}
 	return 0
+}
+
+//export mcgo_cpu_threads
+func mcgo_cpu_threads() C.int32_t { return C.int32_t(cpu.Threads()) }
+
+//export mcgo_set_cpu_threads
+func mcgo_set_cpu_threads(n C.int32_t) C.mc_status {
+	return call("mc_set_cpu_threads", func() error {
+		if n < 1 {
+			return core.Errorf(core.ErrInvalidArgument, "n is %d; at least 1 thread", n)
+		}
+		cpu.SetThreads(int(n))
+		return nil
+	})
+}
+
+// isaNames holds a C copy of each instruction set's name, made once: the
+// strings mc_cpu_isa returns stay valid for the process's life.
+var isaNames sync.Map // name -> *C.char
+
+//export mcgo_cpu_isa
+func mcgo_cpu_isa() *C.char {
+	name := cpu.K().Name
+	if c, ok := isaNames.Load(name); ok {
+		return c.(*C.char)
+	}
+	c, _ := isaNames.LoadOrStore(name, C.CString(name))
+	return c.(*C.char)
 }
 
 //export mcgo_cuda_prepare

@@ -97,6 +97,16 @@ const char* mc_version_string(void);
 int32_t     mc_backend_available(int32_t device_type); /* 1 or 0 */
 const char* mc_last_error(void);     /* this thread's last failure, "" if none */
 
+/* ---- the CPU backend -----------------------------------------------------
+ * mc_cpu_threads: how many threads one CPU call may use (MC_NUM_THREADS at
+ * load, else every core); mc_set_cpu_threads changes it for later calls (n
+ * >= 1, else MC_ERR_INVALID_ARGUMENT). mc_cpu_isa: the vector instruction
+ * set the CPU kernels use, "avx512", "avx2" or "portable" (MC_CPU_ISA forces
+ * one). In a forked child (see above) mc_cpu_threads is 0 and mc_cpu_isa "". */
+int32_t     mc_cpu_threads(void);
+mc_status   mc_set_cpu_threads(int32_t n);
+const char* mc_cpu_isa(void);
+
 /* ---- RMSNorm ------------------------------------------------------------
  * x [..., H]; weight [H] or NULL; y like x (may be x);
  * rstd float32 with one value per row ([rows] or x's shape without H), or

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -12,12 +14,21 @@ import (
 // goroutines per call and waits for them, so idle workers cost nothing.
 var threads atomic.Int32
 
-func init() {
+func init() { threads.Store(int32(threadsFromEnv(os.Getenv("MC_NUM_THREADS"), os.Stderr))) }
+
+// threadsFromEnv is the worker count MC_NUM_THREADS asks for, or all cores
+// when it is unset; a value that is not a positive integer is reported on
+// warn once and the default used.
+func threadsFromEnv(v string, warn io.Writer) int {
 	n := runtime.NumCPU()
-	if v, err := strconv.Atoi(os.Getenv("MC_NUM_THREADS")); err == nil && v > 0 {
-		n = v
+	if v == "" {
+		return n
 	}
-	threads.Store(int32(n))
+	if t, err := strconv.Atoi(v); err == nil && t > 0 {
+		return t
+	}
+	fmt.Fprintf(warn, "metalcore: MC_NUM_THREADS=%q is not a positive integer; using %d threads\n", v, n)
+	return n
 }
 
 // Threads is how many goroutines one call may use.

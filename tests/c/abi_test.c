@@ -33,7 +33,8 @@ static int failures;
     X(mc_rmsnorm_fwd) X(mc_rmsnorm_bwd_workspace_size) X(mc_rmsnorm_bwd)            \
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
-    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr)
+    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
+    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -400,6 +401,28 @@ static void check_thread_local_errors(void) {
     free(x.mem);
 }
 
+/* The CPU backend's thread count can be read and set; the instruction set
+ * in use is named (MC_CPU_ISA, when set, is obeyed). */
+static void check_cpu_settings(void) {
+    int32_t threads = p_mc_cpu_threads();
+    CHECK(threads >= 1, "mc_cpu_threads() = %d", threads);
+    CHECK(p_mc_set_cpu_threads(3) == MC_OK && p_mc_cpu_threads() == 3, "set 3 threads");
+    tensor x = make(F32, 2, 64, 4096), y = make(F32, 2, 64, 4096);
+    fill(&x, 1);
+    CHECK(p_mc_softmax_fwd(&x.t, &y.t, NULL) == MC_OK, "softmax on 3 threads: %s", p_mc_last_error());
+    free(x.mem);
+    free(y.mem);
+    CHECK(p_mc_set_cpu_threads(0) == MC_ERR_INVALID_ARGUMENT && strstr(p_mc_last_error(), "mc_set_cpu_threads"),
+          "0 threads refused: %s", p_mc_last_error());
+    CHECK(p_mc_cpu_threads() == 3, "a refused setting changes nothing");
+    CHECK(p_mc_set_cpu_threads(threads) == MC_OK, "restore %d threads", threads);
+    const char* isa = p_mc_cpu_isa();
+    CHECK(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "portable"), "mc_cpu_isa() = %s", isa);
+    const char* forced = getenv("MC_CPU_ISA");
+    if (forced) CHECK(!strcmp(isa, forced), "MC_CPU_ISA=%s but mc_cpu_isa() = %s", forced, isa);
+    printf("abi_test: CPU: %s, %d threads\n", isa, threads);
+}
+
 /* A child forked after the library was loaded (Python's multiprocessing,
  * DataLoader workers) gets MC_ERR_BACKEND with a message from every op, its
  * outputs untouched, and never hangs: the Go runtime does not survive fork.
@@ -415,7 +438,8 @@ static void check_forked_child(const char* what) {
         ok = ok && strstr(p_mc_last_error(), "mc_softmax_fwd") && strstr(p_mc_last_error(), "forked");
         ok = ok && isnan(get(&y, 0)) && isnan(get(&y, 999999));
         ok = ok && p_mc_backend_available(MC_DEVICE_CPU) == 0 && p_mc_version() == MC_VERSION_NUMBER;
-        ok = ok && p_mc_cuda_prepare(0) == MC_ERR_BACKEND;
+        ok = ok && p_mc_cuda_prepare(0) == MC_ERR_BACKEND && p_mc_cpu_threads() == 0 && !*p_mc_cpu_isa();
+        ok = ok && p_mc_set_cpu_threads(2) == MC_ERR_BACKEND;
         _exit(ok ? 0 : 1);
     }
     int status = 0;
@@ -492,6 +516,7 @@ int main(int argc, char** argv) {
             check_softmax_activations(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
         }
     }
+    check_cpu_settings();
     check_adamw();
     check_qr();
     check_bad_inputs();

@@ -6,11 +6,11 @@ overrides of torch.nn.functional.
     with metalcore.pytorch_overrides():
         model(x)
 """
-from . import linalg, nn, optim
+from . import _lib, _ops, linalg, nn, optim
 from ._lib import MetalcoreError, available, lib
 from ._ops import fused_add_rms_norm, gelu, layer_norm, rms_norm, silu, softmax
 from ._overrides import (ALL, DEFAULTS, active_overrides, disable_pytorch_overrides, enable_pytorch_overrides,
-                         pytorch_overrides)
+                         fallback_counts, pytorch_overrides, reset_fallback_counts)
 
 __version__ = lib.mc_version_string().decode()
 
@@ -20,6 +20,37 @@ def backends():
     return [d for d in ("cpu", "cuda") if available(d)]
 
 
-__all__ = ["ALL", "DEFAULTS", "MetalcoreError", "active_overrides", "backends", "disable_pytorch_overrides",
+def cpu_threads():
+    """Threads one CPU call may use (MC_NUM_THREADS at load, else all cores)."""
+    return int(_lib.lib.mc_cpu_threads())
+
+
+def set_cpu_threads(n):
+    """Changes the CPU thread count for later calls (n >= 1)."""
+    _lib.check(_lib.lib.mc_set_cpu_threads(int(n)))
+
+
+def info():
+    """What metalcore is and does here: version, library path, each backend
+    (available, or why not), the CPU instruction set and threads, whether the
+    ops are registered with torch.library, and what is patched now."""
+    why = {}
+    for device, code in _lib.DEVICES.items():
+        if available(device):
+            why[device] = "available"
+        elif _lib.forked():
+            why[device] = "unavailable: this process was forked after metalcore was loaded"
+        elif device == "cuda":
+            _lib.lib.mc_cuda_prepare(0)  # unavailable: fails at once, saying why
+            why[device] = "unavailable: " + _lib.lib.mc_last_error().decode()
+        else:
+            why[device] = "unavailable"
+    return {"version": __version__, "library": _lib.path, "backends": why,
+            "cpu_isa": _lib.lib.mc_cpu_isa().decode(), "cpu_threads": cpu_threads(),
+            "custom_ops": _ops.CUSTOM_OPS, "overrides": active_overrides()}
+
+
+__all__ = ["ALL", "DEFAULTS", "MetalcoreError", "active_overrides", "backends", "cpu_threads", "fallback_counts",
+           "info", "reset_fallback_counts", "set_cpu_threads", "disable_pytorch_overrides",
            "enable_pytorch_overrides", "fused_add_rms_norm", "gelu", "layer_norm", "linalg", "nn", "optim",
            "pytorch_overrides", "rms_norm", "silu", "softmax"]

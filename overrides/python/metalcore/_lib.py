@@ -1,11 +1,21 @@
 """Loading libmetalcore and describing torch tensors to it (ctypes)."""
 import ctypes
 import functools
+import logging
 import os
 import pathlib
 import warnings
 
 import torch
+
+# The library major version this package is written for (its MC_VERSION_MAJOR).
+ABI_MAJOR = 0
+
+log = logging.getLogger("metalcore")
+if os.environ.get("METALCORE_LOG", "").lower() == "debug":
+    log.setLevel(logging.DEBUG)
+    if not log.handlers:
+        log.addHandler(logging.StreamHandler())
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _REPO_BUILD = _HERE.parents[2] / "build" / "libmetalcore.so"
@@ -13,8 +23,8 @@ _REPO_BUILD = _HERE.parents[2] / "build" / "libmetalcore.so"
 
 def _find():
     """The library: METALCORE_LIBRARY when set (an ImportError naming it when
-    it is missing or not loadable), else this repository's build/, else the
-    package's own copy."""
+    it is missing or not loadable), else the copy bundled with the package
+    (make python), else the repository's build/ (a source checkout)."""
     env = os.environ.get("METALCORE_LIBRARY")
     if env:
         try:
@@ -22,7 +32,7 @@ def _find():
         except OSError as e:
             raise ImportError(f"metalcore: METALCORE_LIBRARY={env} cannot be loaded: {e}") from None
     tried = []
-    for path in (_REPO_BUILD, _HERE / "libmetalcore.so"):
+    for path in (_HERE / "libmetalcore.so", _REPO_BUILD):
         tried.append(str(path))
         if path.is_file():
             try:
@@ -34,6 +44,11 @@ def _find():
 
 
 lib = _find()
+path = lib._name
+lib.mc_version.restype = ctypes.c_int32
+if lib.mc_version() // 10000 != ABI_MAJOR:
+    raise ImportError(f"metalcore: {path} is version {lib.mc_version() // 10000}.{lib.mc_version() // 100 % 100}."
+                      f"{lib.mc_version() % 100}, but this package is written for major version {ABI_MAJOR}")
 
 
 class Tensor(ctypes.Structure):
@@ -103,6 +118,7 @@ _SIGNATURES = {
     "mc_qr_workspace_size": (_I32, [_T, _I32, ctypes.POINTER(_I64)]),
     "mc_qr": (_I32, [_T, _I32, _T, _T, _T, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),
+    "mc_cpu_threads": (_I32, []), "mc_set_cpu_threads": (_I32, [_I32]), "mc_cpu_isa": (ctypes.c_char_p, []),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
     _fn = getattr(lib, _name)

@@ -28,20 +28,39 @@ def _vjp(fn, inputs, dy, needs):
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
+# Whether the ops are registered with torch.library (PyTorch 2.4 and later).
+CUSTOM_OPS = False
+
+
+def unsupported(*tensors):
+    """Why metalcore does not compute this call, or None when it does: the
+    first tensor float32/float16/bfloat16, at least 1-D, contiguous, on a
+    device with a backend; every other tensor (None skipped) of its dtype
+    and device, and contiguous."""
+    first = tensors[0]
+    if not isinstance(first, torch.Tensor):
+        return "not a tensor"
+    if first.dtype not in _FLOATS:
+        return f"dtype {str(first.dtype)[6:]}"
+    if first.dim() == 0:
+        return "0-d"
+    if not available(first.device.type):
+        return "forked child" if forked() else f"no {first.device.type} backend"
+    for t in tensors:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != first.dtype:
+            return "mixed dtypes"
+        if t.device != first.device:
+            return "mixed devices"
+        if not t.is_contiguous():
+            return "non-contiguous"
+    return None
+
 
 def supported(*tensors):
-    """Whether metalcore computes exactly this call: the first tensor
-    float32/float16/bfloat16, at least 1-D, on a device with a backend; every
-    tensor (None skipped) of its dtype and device, and contiguous."""
-    first = tensors[0]
-    if not (isinstance(first, torch.Tensor) and first.dtype in _FLOATS and first.dim() >= 1 and
-            first.is_contiguous() and available(first.device.type)):
-        return False
-    for t in tensors[1:]:
-        if t is not None and not (isinstance(t, torch.Tensor) and t.dtype == first.dtype and
-                                  t.device == first.device and t.is_contiguous()):
-            return False
-    return True
+    """Whether metalcore computes exactly this call (unsupported() is None)."""
+    return unsupported(*tensors) is None
 
 
 def _workspace(kind, x):

@@ -1,11 +1,13 @@
 """Patching torch.nn.functional (and torch.linalg.qr) with metalcore, and
 putting the originals back."""
+import collections
 import contextlib
 
 import torch
 import torch.nn.functional as F
 
 from . import _ops, linalg
+from ._lib import log
 
 # Measured faster than PyTorch's own on that device (bench/cpu.md against
 # Debian's PyTorch 1.13; bench/cuda.md against PyTorch 2.11 on an H100).
@@ -15,55 +17,112 @@ DEFAULTS = {
 }
 ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
 
+# Surprising reasons to fall back (the op takes this dtype, but not this
+# call): logged once at INFO; every fallback is counted and logged at DEBUG.
+_SURPRISING = {"non-contiguous", "mixed dtypes", "mixed devices"}
+_counts = collections.Counter()  # (op, reason) -> calls
+_told = set()
+
+
+def _fell_back(op, reason):
+    _counts[(op, reason)] += 1
+    log.debug("%s falls back to PyTorch: %s", op, reason)
+    if reason in _SURPRISING and (op, reason) not in _told:
+        _told.add((op, reason))
+        log.info("%s falls back to PyTorch's own for %s inputs (counted in metalcore.fallback_counts())", op, reason)
+
+
+def fallback_counts():
+    """Calls of each patched function that went to PyTorch's own, by reason:
+    {op: {reason: count}}."""
+    out = {}
+    for (op, reason), n in sorted(_counts.items()):
+        out.setdefault(op, {})[reason] = n
+    return out
+
+
+def reset_fallback_counts():
+    _counts.clear()
+
+
+def _off(op, t):
+    """Why the override of op does not apply to t's device, or None."""
+    if not isinstance(t, torch.Tensor):
+        return "not a tensor"
+    if t.device.type not in _enabled.get(op, ()):
+        return f"not enabled for {t.device.type}"
+    return None
+
+
+def _last_dim(input, normalized_shape):
+    shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
+    if input.dim() >= 1 and len(shape) == 1 and shape[0] == input.shape[-1]:
+        return None
+    return "normalized over more than the last dimension"
+
+
 def _rms_norm(orig):
     def rms_norm(input, normalized_shape, weight=None, eps=None):
-        shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
-        if (_on("rms_norm", input) and len(shape) == 1 and input.dim() >= 1 and shape[0] == input.shape[-1] and
-                _ops.supported(input, weight)):
+        why = _off("rms_norm", input) or _last_dim(input, normalized_shape) or _ops.unsupported(input, weight)
+        if why is None:
             return _ops.rms_norm_unchecked(input, weight, torch.finfo(input.dtype).eps if eps is None else eps)
+        _fell_back("rms_norm", why)
         return orig(input, normalized_shape, weight, eps)
     return rms_norm
 
 
 def _layer_norm(orig):
     def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
-        if (_on("layer_norm", input) and len(shape) == 1 and input.dim() >= 1 and shape[0] == input.shape[-1] and
-                _ops.supported(input, weight, bias)):
+        why = _off("layer_norm", input) or _last_dim(input, normalized_shape) or _ops.unsupported(input, weight, bias)
+        if why is None:
             return _ops.layer_norm_unchecked(input, weight, bias, eps)
+        _fell_back("layer_norm", why)
         return orig(input, normalized_shape, weight, bias, eps)
     return layer_norm
 
 
 def _softmax(orig):
     def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        if (_on("softmax", input) and dtype is None and dim is not None and input.dim() >= 1 and
-                dim in (-1, input.dim() - 1) and _ops.supported(input)):
+        why = _off("softmax", input) or _ops.unsupported(input)
+        if why is None and dtype is not None:
+            why = "dtype="
+        if why is None and (dim is None or dim not in (-1, input.dim() - 1)):
+            why = "dim other than the last"
+        if why is None:
             return _ops.softmax_unchecked(input)
+        _fell_back("softmax", why)
         return orig(input, dim, _stacklevel, dtype)
     return softmax
 
 
 def _gelu(orig):
     def gelu(input, approximate="none"):
-        if _on("gelu", input) and approximate in ("none", "tanh") and _ops.supported(input):
+        why = _off("gelu", input) or _ops.unsupported(input)
+        if why is None and approximate not in ("none", "tanh"):
+            why = f"approximate={approximate!r}"
+        if why is None:
             return _ops.gelu_unchecked(input, approximate)
+        _fell_back("gelu", why)
         return orig(input, approximate=approximate) if approximate != "none" else orig(input)
     return gelu
 
 
 def _silu(orig):
     def silu(input, inplace=False):
-        if _on("silu", input) and not inplace and _ops.supported(input):
+        why = _off("silu", input) or ("inplace=True" if inplace else None) or _ops.unsupported(input)
+        if why is None:
             return _ops.silu_unchecked(input)
+        _fell_back("silu", why)
         return orig(input, inplace=inplace)
     return silu
 
 
 def _qr(orig):
     def qr(A, mode="reduced", *, out=None):
-        if _on("qr", A) and out is None and linalg.takes(A, mode):
+        why = _off("qr", A) or ("out=" if out is not None else None) or linalg.why_not(A, mode)
+        if why is None:
             return torch.return_types.linalg_qr(linalg.qr_unchecked(A, mode))
+        _fell_back("qr", why)
         if out is not None:
             return orig(A, mode, out=out)
         return orig(A, mode)

@@ -3,20 +3,31 @@ import ctypes
 
 import torch
 
-from ._lib import available, call, encoder, forked
-from ._ops import supported
+from ._lib import call, encoder, forked
+from ._ops import unsupported
 
 _MODES = {"reduced": 0, "complete": 1, "r": 2}
 _torch_qr = torch.linalg.qr  # PyTorch's own, for a forked child
 
 
+def why_not(a, mode):
+    """Why metalcore does not compute this call, or None: it takes CPU and
+    CUDA tensors, float32/16/bf16, contiguous, at least 2-D, a known mode,
+    and no gradient wanted (metalcore has no QR backward, so a
+    differentiable call stays with PyTorch)."""
+    if mode not in _MODES:
+        return f"mode {mode!r}"
+    if isinstance(a, torch.Tensor) and a.dim() < 2:
+        return "fewer than 2 dimensions"
+    why = unsupported(a)
+    if why is None and a.requires_grad and torch.is_grad_enabled():
+        why = "gradient wanted"
+    return why
+
+
 def takes(a, mode):
-    """Whether metalcore computes this call (CPU or CUDA tensors,
-    float32/16/bf16, contiguous, at least 2-D, a known mode, no gradient
-    wanted: metalcore has no QR backward, so a differentiable call stays with
-    PyTorch)."""
-    return (isinstance(a, torch.Tensor) and mode in _MODES and a.dim() >= 2 and available(a.device.type) and
-            supported(a) and not (a.requires_grad and torch.is_grad_enabled()))
+    """Whether metalcore computes this call (why_not is None)."""
+    return why_not(a, mode) is None
 
 
 def qr(a, mode="reduced"):

@@ -1,12 +1,15 @@
+"""The tests run against whichever metalcore Python imports: the installed
+package (make test-python), or the source tree with overrides/python on
+PYTHONPATH."""
 import pathlib
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import metalcore  # noqa: E402
+import metalcore
+
+HEADER = pathlib.Path(__file__).resolve().parents[3] / "include" / "metalcore.h"
 
 DEVICES = metalcore.backends()
 # PyTorch's functions before any test patches them

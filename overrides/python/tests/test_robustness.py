@@ -6,6 +6,7 @@ import io
 import multiprocessing
 import os
 import pickle
+import re
 import select
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 import metalcore
 
-from conftest import ORIGINALS
+from conftest import HEADER, ORIGINALS
 
 pytestmark = pytest.mark.usefixtures("restore_overrides")
 
@@ -229,8 +230,7 @@ def test_overrides_nest_and_compose():
 
 def test_missing_library_path_is_an_import_error():
     env = dict(os.environ, METALCORE_LIBRARY="/nonexistent/libmetalcore.so")
-    r = subprocess.run([sys.executable, "-c", "import metalcore"], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(metalcore.__file__)))
+    r = subprocess.run([sys.executable, "-c", "import metalcore"], env=env, capture_output=True, text=True)
     assert r.returncode != 0
     assert "ImportError" in r.stderr and "/nonexistent/libmetalcore.so" in r.stderr
 
@@ -239,8 +239,5 @@ def test_every_function_is_typed():
     for name, (res, args) in metalcore._lib._SIGNATURES.items():
         fn = getattr(metalcore._lib.lib, name)
         assert fn.restype is res and fn.argtypes == args, name
-    header = open(os.path.join(os.path.dirname(metalcore.__file__), "..", "..", "..", "include",
-                               "metalcore.h")).read()
-    import re
-    declared = set(re.findall(r"^[A-Za-z_][A-Za-z0-9_ ]*[ *]\s*(mc_[a-z0-9_]+)\(", header, re.M))
+    declared = set(re.findall(r"^[A-Za-z_][A-Za-z0-9_ ]*[ *]\s*(mc_[a-z0-9_]+)\(", HEADER.read_text(), re.M))
     assert declared == set(metalcore._lib._SIGNATURES)
