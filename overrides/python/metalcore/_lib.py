@@ -172,6 +172,15 @@ def available(device_type):
     if _forked:
         _warn_forked()
         return False
+    return _backend(device_type)
+
+
+# torch.compile takes the answer as a constant instead of tracing ctypes
+_constant = getattr(getattr(torch, "compiler", None), "assume_constant_result", lambda f: f)
+
+
+@_constant
+def _backend(device_type):
     return device_type in DEVICES and bool(lib.mc_backend_available(DEVICES[device_type]))
 
 

@@ -1,10 +1,18 @@
-"""metalcore's ops as autograd-aware torch functions."""
+"""metalcore's ops as autograd-aware torch functions.
+
+Each op is a kernel call (the functions ending in _kernel: allocate the
+outputs, call the library on the tensor's stream) wrapped for autograd in
+one of two ways: on PyTorch 2.4 and later as torch.library custom ops under
+torch.ops.metalcore (_custom.py: torch.compile traces them without graph
+breaks), on older PyTorch as torch.autograd.Function subclasses (below)."""
 import ctypes
 
 import torch
 import torch.nn.functional as F
 
 from ._lib import available, call, check, describe, encoder, forked, lib
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 # PyTorch's own functions, taken before any override is installed: the
 # differentiable backward and the forked-child fallback compute with them.
@@ -15,21 +23,6 @@ def _torch_rms_norm(x, weight, eps):
     xf = x.float()
     y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
     return y if weight is None else y * weight
-
-
-def _vjp(fn, inputs, dy, needs):
-    """The gradients of fn(*inputs) (PyTorch's own ops) for dy, themselves
-    differentiable: the backward used when the graph of the backward is
-    being built (create_graph), so that a second derivative is PyTorch's."""
-    with torch.enable_grad():
-        wrt = [t for t, n in zip(inputs, needs) if n]
-        grads = iter(torch.autograd.grad(fn(*inputs), wrt, dy, create_graph=True, allow_unused=True))
-    return tuple(next(grads) if n else None for n in needs)
-
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-
-# Whether the ops are registered with torch.library (PyTorch 2.4 and later).
-CUSTOM_OPS = False
 
 
 def unsupported(*tensors):
@@ -63,22 +56,156 @@ def supported(*tensors):
     return unsupported(*tensors) is None
 
 
+# ---- kernel calls -------------------------------------------------------------
+
 def _workspace(kind, x):
     n = ctypes.c_int64()
     call(kind + "_bwd_workspace_size", x, ctypes.byref(n))
     return torch.empty(n.value, dtype=torch.uint8, device=x.device)
 
 
-def _grad_out(dy):
-    return dy.contiguous()
+def _row_stats(x):
+    return torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
 
+
+def rms_norm_kernel(x, weight, eps):
+    y, rstd = torch.empty_like(x), _row_stats(x)
+    call("rmsnorm_fwd", x, weight, float(eps), y, rstd, encoder(x))
+    return y, rstd
+
+
+def rms_norm_backward_kernel(dy, x, weight, rstd, want_dw):
+    """(dx, dweight); dweight None unless want_dw."""
+    dx = torch.empty_like(x)
+    dw = torch.empty_like(weight) if want_dw else None
+    ws = _workspace("rmsnorm", x) if want_dw else None
+    call("rmsnorm_bwd", dy.contiguous(), x, weight, rstd, dx, dw, ws, encoder(x))
+    return dx, dw
+
+
+def layer_norm_kernel(x, weight, bias, eps):
+    y, mean, rstd = torch.empty_like(x), _row_stats(x), _row_stats(x)
+    call("layernorm_fwd", x, weight, bias, float(eps), y, mean, rstd, encoder(x))
+    return y, mean, rstd
+
+
+def layer_norm_backward_kernel(dy, x, weight, mean, rstd, want_dw, want_db):
+    """(dx, dweight, dbias); each gradient None unless wanted."""
+    dx = torch.empty_like(x)
+    dw = torch.empty_like(weight) if want_dw else None
+    db = torch.empty(x.shape[-1], dtype=x.dtype, device=x.device) if want_db else None
+    ws = _workspace("layernorm", x) if (want_dw or want_db) else None
+    call("layernorm_bwd", dy.contiguous(), x, weight, mean, rstd, dx, dw, db, ws, encoder(x))
+    return dx, dw, db
+
+
+def softmax_kernel(x):
+    y = torch.empty_like(x)
+    check(lib.mc_softmax_fwd(describe(x), describe(y), encoder(x)))  # direct: small calls are common
+    return y
+
+
+def softmax_backward_kernel(dy, y):
+    dx = torch.empty_like(y)
+    call("softmax_bwd", dy.contiguous(), y, dx, encoder(y))
+    return dx
+
+
+def gelu_kernel(x, tanh_form):
+    y = torch.empty_like(x)
+    check(lib.mc_gelu_fwd(describe(x), int(tanh_form), describe(y), encoder(x)))
+    return y
+
+
+def gelu_backward_kernel(dy, x, tanh_form):
+    dx = torch.empty_like(x)
+    call("gelu_bwd", dy.contiguous(), x, int(tanh_form), dx, encoder(x))
+    return dx
+
+
+def silu_kernel(x):
+    y = torch.empty_like(x)
+    check(lib.mc_silu_fwd(describe(x), describe(y), encoder(x)))
+    return y
+
+
+def silu_backward_kernel(dy, x):
+    dx = torch.empty_like(x)
+    call("silu_bwd", dy.contiguous(), x, dx, encoder(x))
+    return dx
+
+
+def fused_add_rms_norm_kernel(x, residual, weight, eps):
+    y, out = torch.empty_like(x), torch.empty_like(residual)
+    call("fused_add_rmsnorm_fwd", x, residual, weight, float(eps), y, out, None, encoder(x))
+    return y, out
+
+
+class _BackwardKernels:
+    """The backward kernels the backward functions below call: the direct
+    calls, or (custom ops) the registered backward ops, which torch.compile
+    traces where it could not trace a ctypes call."""
+    rms_norm = staticmethod(rms_norm_backward_kernel)
+    layer_norm = staticmethod(layer_norm_backward_kernel)
+    softmax = staticmethod(softmax_backward_kernel)
+    gelu = staticmethod(gelu_backward_kernel)
+    silu = staticmethod(silu_backward_kernel)
+
+
+BACKWARD = _BackwardKernels()
+
+
+# ---- the backward of each op, shared by both autograd paths --------------------
+
+def vjp(fn, inputs, dy, needs):
+    """The gradients of fn(*inputs) (PyTorch's own ops) for dy, themselves
+    differentiable: the backward used when the graph of the backward is
+    being built (create_graph), so that a second derivative is PyTorch's."""
+    with torch.enable_grad():
+        wrt = [t for t, n in zip(inputs, needs) if n]
+        grads = iter(torch.autograd.grad(fn(*inputs), wrt, dy, create_graph=True, allow_unused=True))
+    return tuple(next(grads) if n else None for n in needs)
+
+
+def rms_norm_backward(dy, x, weight, rstd, eps, needs):
+    """(dx, dweight) for the inputs (x, weight) that need them."""
+    if torch.is_grad_enabled():
+        return vjp(lambda x, w: _torch_rms_norm(x, w, eps), (x, weight), dy, needs)
+    return BACKWARD.rms_norm(dy, x, weight, rstd, weight is not None and needs[1])
+
+
+def layer_norm_backward(dy, x, weight, bias, mean, rstd, eps, needs):
+    if torch.is_grad_enabled():
+        return vjp(lambda x, w, b: _torch_layer_norm(x, x.shape[-1:], w, b, eps), (x, weight, bias), dy, needs)
+    return BACKWARD.layer_norm(dy, x, weight, mean, rstd, weight is not None and needs[1],
+                               bias is not None and needs[2])
+
+
+def softmax_backward(dy, y):
+    if torch.is_grad_enabled():  # in ops on y, which differentiate through the softmax again
+        return y * (dy - (dy * y).sum(-1, keepdim=True))
+    return BACKWARD.softmax(dy, y)
+
+
+def gelu_backward(dy, x, tanh_form):
+    if torch.is_grad_enabled():
+        approximate = "tanh" if tanh_form else "none"
+        return vjp(lambda x: _torch_gelu(x, approximate=approximate), (x,), dy, (True,))[0]
+    return BACKWARD.gelu(dy, x, tanh_form)
+
+
+def silu_backward(dy, x):
+    if torch.is_grad_enabled():
+        return vjp(_torch_silu, (x,), dy, (True,))[0]
+    return BACKWARD.silu(dy, x)
+
+
+# ---- autograd.Function path (PyTorch before 2.4) -------------------------------
 
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        y = torch.empty_like(x)
-        rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-        call("rmsnorm_fwd", x, weight, eps, y, rstd, encoder(x))
+        y, rstd = rms_norm_kernel(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
         ctx.eps = eps
         return y
@@ -86,117 +213,100 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            return _vjp(lambda x, w: _torch_rms_norm(x, w, ctx.eps), (x, weight), dy, ctx.needs_input_grad[:2]) + (None,)
-        dy = _grad_out(dy)
-        dx = torch.empty_like(x)
-        want_dw = weight is not None and ctx.needs_input_grad[1]
-        dw = torch.empty_like(weight) if want_dw else None
-        ws = _workspace("rmsnorm", x) if want_dw else None
-        call("rmsnorm_bwd", dy, x, weight, rstd, dx, dw, ws, encoder(x))
-        return dx, dw, None
+        return rms_norm_backward(dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None,)
 
 
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        y = torch.empty_like(x)
-        mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-        rstd = torch.empty_like(mean)
-        call("layernorm_fwd", x, weight, bias, eps, y, mean, rstd, encoder(x))
+        y, mean, rstd = layer_norm_kernel(x, weight, bias, eps)
         ctx.save_for_backward(x, weight, bias, mean, rstd)
-        ctx.has_bias, ctx.eps = bias is not None, eps
+        ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, bias, mean, rstd = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            return _vjp(lambda x, w, b: _torch_layer_norm(x, x.shape[-1:], w, b, ctx.eps), (x, weight, bias), dy,
-                        ctx.needs_input_grad[:3]) + (None,)
-        dy = _grad_out(dy)
-        dx = torch.empty_like(x)
-        want_dw = weight is not None and ctx.needs_input_grad[1]
-        want_db = ctx.has_bias and ctx.needs_input_grad[2]
-        dw = torch.empty_like(weight) if want_dw else None
-        db = torch.empty(x.shape[-1], dtype=x.dtype, device=x.device) if want_db else None
-        ws = _workspace("layernorm", x) if (want_dw or want_db) else None
-        call("layernorm_bwd", dy, x, weight, mean, rstd, dx, dw, db, ws, encoder(x))
-        return dx, dw, db, None
+        return layer_norm_backward(dy, x, weight, bias, mean, rstd, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
 
 
 class _Softmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        y = torch.empty_like(x)
-        check(lib.mc_softmax_fwd(describe(x), describe(y), encoder(x)))  # direct: small calls are common
+        y = softmax_kernel(x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        if torch.is_grad_enabled():  # in ops on y, which differentiate through this function again
-            return y * (dy - (dy * y).sum(-1, keepdim=True))
-        dx = torch.empty_like(y)
-        call("softmax_bwd", _grad_out(dy), y, dx, encoder(y))
-        return dx
+        return softmax_backward(dy, y)
 
 
 class _Gelu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, tanh_form):
-        y = torch.empty_like(x)
-        check(lib.mc_gelu_fwd(describe(x), ctypes.c_int32(int(tanh_form)), describe(y), encoder(x)))
         ctx.save_for_backward(x)
-        ctx.tanh_form = int(tanh_form)
-        return y
+        ctx.tanh_form = tanh_form
+        return gelu_kernel(x, tanh_form)
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            approximate = "tanh" if ctx.tanh_form else "none"
-            return _vjp(lambda x: _torch_gelu(x, approximate=approximate), (x,), dy, (True,)) + (None,)
-        dx = torch.empty_like(x)
-        call("gelu_bwd", _grad_out(dy), x, ctx.tanh_form, dx, encoder(x))
-        return dx, None
+        return gelu_backward(dy, x, ctx.tanh_form), None
 
 
 class _Silu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        y = torch.empty_like(x)
-        check(lib.mc_silu_fwd(describe(x), describe(y), encoder(x)))
         ctx.save_for_backward(x)
-        return y
+        return silu_kernel(x)
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            return _vjp(_torch_silu, (x,), dy, (True,))[0]
-        dx = torch.empty_like(x)
-        call("silu_bwd", _grad_out(dy), x, dx, encoder(x))
-        return dx
+        return silu_backward(dy, x)
 
 
-def _apply(fn, x, *args):
-    """fn.apply, or straight to the forward when no gradient is wanted:
-    autograd's bookkeeping is most of a small call's cost."""
-    if x.requires_grad and torch.is_grad_enabled():
-        return fn.apply(x, *args)
-    return fn.forward(_NO_CTX, x, *args)
+def _differentiable(x):
+    return x.requires_grad and torch.is_grad_enabled()
 
 
-class _NoCtx:
-    """Stands in for autograd's ctx when nothing is saved for backward."""
-    def save_for_backward(self, *tensors):
-        pass
+# The ops as the functions below call them: torch.ops.metalcore where this
+# PyTorch has custom ops (CUSTOM_OPS), else the autograd.Functions (straight
+# to the kernel when no gradient is wanted: autograd's bookkeeping is most of
+# a small call's cost).
+def _rms_norm_op(x, weight, eps):
+    return _RMSNorm.apply(x, weight, eps)
 
 
-_NO_CTX = _NoCtx()
+def _layer_norm_op(x, weight, bias, eps):
+    return _LayerNorm.apply(x, weight, bias, eps)
 
+
+def _softmax_op(x):
+    return _Softmax.apply(x) if _differentiable(x) else softmax_kernel(x)
+
+
+def _gelu_op(x, tanh_form):
+    return _Gelu.apply(x, tanh_form) if _differentiable(x) else gelu_kernel(x, tanh_form)
+
+
+def _silu_op(x):
+    return _Silu.apply(x) if _differentiable(x) else silu_kernel(x)
+
+
+_fused_add_rms_norm_op = fused_add_rms_norm_kernel
+
+CUSTOM_OPS = False
+if hasattr(torch.library, "custom_op"):  # PyTorch 2.4 and later
+    from . import _custom
+    (_rms_norm_op, _layer_norm_op, _softmax_op, _gelu_op, _silu_op,
+     _fused_add_rms_norm_op) = _custom.OPS
+    CUSTOM_OPS = True
+
+
+# ---- the public functions --------------------------------------------------------
 
 def _need(ok, what):
     """Raises for an input metalcore does not take; False in a forked child,
@@ -220,7 +330,7 @@ def rms_norm(x, weight=None, eps=1e-6):
 # (the overrides): they skip the second check.
 
 def rms_norm_unchecked(x, weight, eps):
-    return _RMSNorm.apply(x, weight, float(eps))
+    return _rms_norm_op(x, weight, float(eps))
 
 
 def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
@@ -229,9 +339,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
     if not _need(supported(x, residual, weight), "fused_add_rms_norm"):
         out = x + residual
         return _torch_rms_norm(out, weight, eps), out
-    y, out = torch.empty_like(x), torch.empty_like(residual)
-    call("fused_add_rmsnorm_fwd", x, residual, weight, float(eps), y, out, None, encoder(x))
-    return y, out
+    return _fused_add_rms_norm_op(x, residual, weight, float(eps))
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
@@ -242,7 +350,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
 
 
 def layer_norm_unchecked(x, weight, bias, eps):
-    return _LayerNorm.apply(x, weight, bias, float(eps))
+    return _layer_norm_op(x, weight, bias, float(eps))
 
 
 def softmax(x, dim=-1):
@@ -253,7 +361,7 @@ def softmax(x, dim=-1):
 
 
 def softmax_unchecked(x):
-    return _apply(_Softmax, x)
+    return _softmax_op(x)
 
 
 def gelu(x, approximate="none"):
@@ -264,7 +372,7 @@ def gelu(x, approximate="none"):
 
 
 def gelu_unchecked(x, approximate):
-    return _apply(_Gelu, x, approximate == "tanh")
+    return _gelu_op(x, approximate == "tanh")
 
 
 def silu(x):
@@ -275,4 +383,4 @@ def silu(x):
 
 
 def silu_unchecked(x):
-    return _apply(_Silu, x)
+    return _silu_op(x)

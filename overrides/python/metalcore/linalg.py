@@ -4,6 +4,7 @@ import ctypes
 import torch
 
 from ._lib import call, encoder, forked
+from . import _ops
 from ._ops import unsupported
 
 _MODES = {"reduced": 0, "complete": 1, "r": 2}
@@ -39,15 +40,32 @@ def qr(a, mode="reduced"):
     return qr_unchecked(a, mode)
 
 
-def qr_unchecked(a, mode):
+def shapes(a, mode):
+    """((q rows, q cols), (r rows, r cols)) of each matrix; q is 0 x 0 in
+    mode 'r' (torch.linalg.qr's empty Q)."""
     m, n = a.shape[-2:]
     k = min(m, n)
+    if mode == "r":
+        return (0, 0), (k, n)
+    if mode == "complete":
+        return (m, m), (m, n)
+    return (m, k), (k, n)
+
+
+def qr_kernel(a, mode):
+    """(q, r) from the library; q empty in mode 'r'."""
+    (qm, qc), (rr, n) = shapes(a, mode)
     batch = a.shape[:-2]
-    rows, cols = (m, m) if mode == "complete" else (k, k)
-    r = torch.empty(*batch, rows, n, dtype=a.dtype, device=a.device)
-    q = torch.empty(*batch, m, cols, dtype=a.dtype, device=a.device) if mode != "r" else None
+    r = torch.empty(*batch, rr, n, dtype=a.dtype, device=a.device)
+    q = torch.empty(*batch, qm, qc, dtype=a.dtype, device=a.device) if mode != "r" else None
     size = ctypes.c_int64()
     call("qr_workspace_size", a, _MODES[mode], ctypes.byref(size))
     ws = torch.empty(size.value, dtype=torch.uint8, device=a.device) if size.value else None
     call("qr", a, _MODES[mode], q, r, ws, encoder(a))
     return (q if q is not None else torch.empty(0, dtype=a.dtype, device=a.device)), r
+
+
+def qr_unchecked(a, mode):
+    if _ops.CUSTOM_OPS:
+        return tuple(torch.ops.metalcore.qr(a, mode))
+    return qr_kernel(a, mode)

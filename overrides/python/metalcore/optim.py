@@ -4,7 +4,7 @@ import ctypes
 
 import torch
 
-from . import _lib
+from . import _lib, _ops
 from ._ops import supported
 
 
@@ -108,14 +108,25 @@ class AdamW(torch.optim.Optimizer):
         return loss
 
     def _library_step(self, group, step, items, device):
-        cols = list(zip(*items))
+        cols = [list(c) for c in zip(*items)]
         beta1, beta2 = group["betas"]
-        cfg = _Config(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], step,
-                      int(group["amsgrad"]), int(group["maximize"]))
-        lists = [_pointers(c) for c in cols]
-        enc = _lib.encoder(cols[0][0])
-        _lib.check(_lib.lib.mc_adamw_step(ctypes.byref(cfg), ctypes.c_int64(len(items)), lists[0], lists[1],
-                                          lists[2], lists[3], lists[4] if len(lists) > 4 else None, enc))
+        args = (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, float(group["lr"]),
+                float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]), step,
+                bool(group["amsgrad"]), bool(group["maximize"]))
+        if _ops.CUSTOM_OPS:
+            torch.ops.metalcore.adamw_step(*args[:4], args[4] or [], *args[5:])
+        else:
+            adamw_kernel(*args)
+
+
+def adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step,
+                 amsgrad, maximize):
+    """One library call stepping every tensor of the lists (all on one device)."""
+    cfg = _Config(lr, beta1, beta2, eps, weight_decay, step, int(amsgrad), int(maximize))
+    lists = [_pointers(c) for c in (params, grads, exp_avgs, exp_avg_sqs)]
+    state_max = _pointers(max_exp_avg_sqs) if max_exp_avg_sqs is not None else None
+    _lib.check(_lib.lib.mc_adamw_step(ctypes.byref(cfg), ctypes.c_int64(len(params)), *lists, state_max,
+                                      _lib.encoder(params[0])))
 
 
 def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None):

@@ -1,0 +1,249 @@
+"""metalcore's ops registered with torch.library (PyTorch 2.4 and later):
+torch.ops.metalcore.*, each with a fake (shape) implementation for
+torch.compile and, where PyTorch's op is differentiable, an autograd
+formula. The implementations are _ops' kernel calls; the CUDA stream is
+read there, where torch.compile never traces."""
+from typing import List, Optional, Tuple
+
+import torch
+
+from . import _ops
+
+Tensor = torch.Tensor
+
+
+def _none_as_empty(t, like):
+    """Custom ops return tensors only: an absent gradient travels as an empty
+    tensor (and back to None in the autograd formula)."""
+    return like.new_empty(0) if t is None else t
+
+
+def _empty_as_none(t, wanted):
+    return t if wanted else None
+
+
+# ---- forward ops ------------------------------------------------------------------
+
+@torch.library.custom_op("metalcore::rms_norm", mutates_args=())
+def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
+    return _ops.rms_norm_kernel(x, weight, eps)
+
+
+@rms_norm.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("metalcore::layer_norm", mutates_args=())
+def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    return _ops.layer_norm_kernel(x, weight, bias, eps)
+
+
+@layer_norm.register_fake
+def _(x, weight, bias, eps):
+    stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@torch.library.custom_op("metalcore::softmax", mutates_args=())
+def softmax(x: Tensor) -> Tensor:
+    return _ops.softmax_kernel(x)
+
+
+@torch.library.custom_op("metalcore::gelu", mutates_args=())
+def gelu(x: Tensor, tanh_form: bool) -> Tensor:
+    return _ops.gelu_kernel(x, tanh_form)
+
+
+@torch.library.custom_op("metalcore::silu", mutates_args=())
+def silu(x: Tensor) -> Tensor:
+    return _ops.silu_kernel(x)
+
+
+@torch.library.custom_op("metalcore::fused_add_rms_norm", mutates_args=())
+def fused_add_rms_norm(x: Tensor, residual: Tensor, weight: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
+    return _ops.fused_add_rms_norm_kernel(x, residual, weight, eps)
+
+
+@fused_add_rms_norm.register_fake
+def _(x, residual, weight, eps):
+    return torch.empty_like(x), torch.empty_like(residual)
+
+
+for _op in (softmax, silu):
+    _op.register_fake(lambda x: torch.empty_like(x))
+gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
+
+
+# ---- backward ops -------------------------------------------------------------------
+
+@torch.library.custom_op("metalcore::rms_norm_backward", mutates_args=())
+def rms_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor,
+                      want_dw: bool) -> Tuple[Tensor, Tensor]:
+    dx, dw = _ops.rms_norm_backward_kernel(dy, x, weight, rstd, want_dw)
+    return dx, _none_as_empty(dw, x)
+
+
+@rms_norm_backward.register_fake
+def _(dy, x, weight, rstd, want_dw):
+    return torch.empty_like(x), torch.empty_like(weight) if want_dw else x.new_empty(0)
+
+
+@torch.library.custom_op("metalcore::layer_norm_backward", mutates_args=())
+def layer_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor, want_dw: bool,
+                        want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    dx, dw, db = _ops.layer_norm_backward_kernel(dy, x, weight, mean, rstd, want_dw, want_db)
+    return dx, _none_as_empty(dw, x), _none_as_empty(db, x)
+
+
+@layer_norm_backward.register_fake
+def _(dy, x, weight, mean, rstd, want_dw, want_db):
+    cols = x.new_empty(x.shape[-1:])
+    return torch.empty_like(x), cols if want_dw else x.new_empty(0), torch.empty_like(cols) if want_db else x.new_empty(0)
+
+
+@torch.library.custom_op("metalcore::softmax_backward", mutates_args=())
+def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
+    return _ops.softmax_backward_kernel(dy, y)
+
+
+@torch.library.custom_op("metalcore::gelu_backward", mutates_args=())
+def gelu_backward(dy: Tensor, x: Tensor, tanh_form: bool) -> Tensor:
+    return _ops.gelu_backward_kernel(dy, x, tanh_form)
+
+
+@torch.library.custom_op("metalcore::silu_backward", mutates_args=())
+def silu_backward(dy: Tensor, x: Tensor) -> Tensor:
+    return _ops.silu_backward_kernel(dy, x)
+
+
+softmax_backward.register_fake(lambda dy, y: torch.empty_like(y))
+gelu_backward.register_fake(lambda dy, x, tanh_form: torch.empty_like(x))
+silu_backward.register_fake(lambda dy, x: torch.empty_like(x))
+
+
+class _Backward:
+    """_ops.BACKWARD's interface over the backward ops."""
+
+    @staticmethod
+    def rms_norm(dy, x, weight, rstd, want_dw):
+        dx, dw = rms_norm_backward(dy.contiguous(), x, weight, rstd, want_dw)
+        return dx, _empty_as_none(dw, want_dw)
+
+    @staticmethod
+    def layer_norm(dy, x, weight, mean, rstd, want_dw, want_db):
+        dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, mean, rstd, want_dw, want_db)
+        return dx, _empty_as_none(dw, want_dw), _empty_as_none(db, want_db)
+
+    @staticmethod
+    def softmax(dy, y):
+        return softmax_backward(dy.contiguous(), y)
+
+    @staticmethod
+    def gelu(dy, x, tanh_form):
+        return gelu_backward(dy.contiguous(), x, tanh_form)
+
+    @staticmethod
+    def silu(dy, x):
+        return silu_backward(dy.contiguous(), x)
+
+
+_ops.BACKWARD = _Backward()
+
+
+# ---- autograd formulas ------------------------------------------------------------
+
+def _rms_norm_context(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.eps = eps
+
+
+def _rms_norm_grad(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    return _ops.rms_norm_backward(dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None,)
+
+
+def _layer_norm_context(ctx, inputs, output):
+    x, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight, bias, output[1], output[2])
+    ctx.eps = eps
+
+
+def _layer_norm_grad(ctx, dy, _dmean, _drstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    return _ops.layer_norm_backward(dy, x, weight, bias, mean, rstd, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
+
+
+def _softmax_context(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _softmax_grad(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return _ops.softmax_backward(dy, y)
+
+
+def _gelu_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.tanh_form = inputs[1]
+
+
+def _gelu_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return _ops.gelu_backward(dy, x, ctx.tanh_form), None
+
+
+def _silu_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _silu_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return _ops.silu_backward(dy, x)
+
+
+rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_context)
+layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_context)
+softmax.register_autograd(_softmax_grad, setup_context=_softmax_context)
+gelu.register_autograd(_gelu_grad, setup_context=_gelu_context)
+silu.register_autograd(_silu_grad, setup_context=_silu_context)
+
+
+# ---- QR and AdamW -------------------------------------------------------------------
+
+@torch.library.custom_op("metalcore::qr", mutates_args=())
+def qr(a: Tensor, mode: str) -> Tuple[Tensor, Tensor]:
+    from . import linalg
+    return linalg.qr_kernel(a, mode)
+
+
+@qr.register_fake
+def _(a, mode):
+    from . import linalg
+    (q_rows, q_cols), (r_rows, r_cols) = linalg.shapes(a, mode)
+    batch = a.shape[:-2]
+    q = a.new_empty(0) if mode == "r" else a.new_empty(*batch, q_rows, q_cols)
+    return q, a.new_empty(*batch, r_rows, r_cols)
+
+
+@torch.library.custom_op("metalcore::adamw_step",
+                         mutates_args=("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
+def adamw_step(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+               max_exp_avg_sqs: List[Tensor], lr: float, beta1: float, beta2: float, eps: float,
+               weight_decay: float, step: int, amsgrad: bool, maximize: bool) -> None:
+    from . import optim  # max_exp_avg_sqs: empty without amsgrad (no optional lists in a schema)
+    optim.adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, lr, beta1, beta2, eps,
+                       weight_decay, step, amsgrad, maximize)
+
+
+@adamw_step.register_fake
+def _(*args):
+    return None
+
+
+# The forward ops as _ops' functions call them (the first output only where
+# the op also returns what its backward keeps).
+OPS = (lambda x, weight, eps: rms_norm(x, weight, eps)[0],
+       lambda x, weight, bias, eps: layer_norm(x, weight, bias, eps)[0],
+       softmax, gelu, silu, fused_add_rms_norm)

@@ -1,0 +1,69 @@
+"""The ops as torch.library custom ops (PyTorch 2.4 and later): opcheck on
+each, and torch.compile(fullgraph=True) of a block using metalcore's
+functions and modules, forward and backward, against eager."""
+import pytest
+import torch
+
+import metalcore
+
+pytestmark = pytest.mark.skipif(not metalcore._ops.CUSTOM_OPS,
+                                reason=f"PyTorch {torch.__version__} has no torch.library.custom_op (2.4+)")
+
+
+def samples(device):
+    torch.manual_seed(0)
+    x = torch.randn(3, 40, device=device)
+    w, b = torch.randn(40, device=device), torch.randn(40, device=device)
+    rstd = torch.rand(3, device=device) + 0.5
+    mean = torch.randn(3, device=device)
+    y = torch.softmax(x, -1)
+    ops = torch.ops.metalcore
+    grad = lambda t: t.clone().requires_grad_()  # noqa: E731
+    return [
+        (ops.rms_norm, (grad(x), grad(w), 1e-6)), (ops.rms_norm, (grad(x), None, 1e-6)),
+        (ops.layer_norm, (grad(x), grad(w), grad(b), 1e-5)), (ops.layer_norm, (grad(x), None, None, 1e-5)),
+        (ops.softmax, (grad(x),)), (ops.gelu, (grad(x), True)), (ops.gelu, (grad(x), False)), (ops.silu, (grad(x),)),
+        (ops.fused_add_rms_norm, (x, x.clone(), w, 1e-6)),
+        (ops.rms_norm_backward, (x.clone(), x, w, rstd, True)), (ops.rms_norm_backward, (x.clone(), x, None, rstd, False)),
+        (ops.layer_norm_backward, (x.clone(), x, w, mean, rstd, True, True)),
+        (ops.softmax_backward, (x.clone(), y)), (ops.gelu_backward, (x.clone(), x, False)),
+        (ops.silu_backward, (x.clone(), x)),
+        (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
+        (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [],
+                          1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
+    ]
+
+
+def test_opcheck(device):
+    for op, args in samples(device):
+        torch.library.opcheck(op, args)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = metalcore.nn.RMSNorm(d)
+        self.q, self.k, self.v, self.up = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        h = self.norm(x)
+        att = metalcore.softmax(self.q(h) @ self.k(h).transpose(-1, -2) / h.shape[-1] ** 0.5)
+        h = x + att @ self.v(h)
+        return h + metalcore.silu(self.up(metalcore.rms_norm(h, None, 1e-6)))
+
+
+def test_compile_fullgraph_matches_eager(device):
+    torch.manual_seed(0)
+    block = Block(64).to(device)
+    x = torch.randn(2, 16, 64, device=device, requires_grad=True)
+    want = block(x)
+    want.square().sum().backward()
+    want_grads = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+    x.grad = None
+    block.zero_grad()
+    compiled = torch.compile(block, fullgraph=True)
+    got = compiled(x)
+    got.square().sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for g, w in zip([x.grad] + [p.grad for p in block.parameters()], want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
