@@ -7,6 +7,7 @@ overrides of torch.nn.functional.
         model(x)
 """
 from . import _lib, _ops, linalg, nn, optim
+from .patching import patch_model, unpatch_model
 from ._lib import MetalcoreError, available, lib
 from ._ops import fused_add_rms_norm, gelu, layer_norm, rms_norm, silu, softmax
 from ._overrides import (ALL, DEFAULTS, active_overrides, disable_pytorch_overrides, enable_pytorch_overrides,
@@ -18,6 +19,16 @@ __version__ = lib.mc_version_string().decode()
 def backends():
     """The device types this machine can run metalcore on."""
     return [d for d in ("cpu", "cuda") if available(d)]
+
+
+def call_counts():
+    """How many times each library function ran (mc_ name without the
+    prefix -> calls), since load or reset_call_counts()."""
+    return dict(_lib.CALLS)
+
+
+def reset_call_counts():
+    _lib.CALLS.clear()
 
 
 def cpu_threads():
@@ -50,7 +61,8 @@ def info():
             "custom_ops": _ops.CUSTOM_OPS, "overrides": active_overrides()}
 
 
-__all__ = ["ALL", "DEFAULTS", "MetalcoreError", "active_overrides", "backends", "cpu_threads", "fallback_counts",
-           "info", "reset_fallback_counts", "set_cpu_threads", "disable_pytorch_overrides",
+__all__ = ["ALL", "DEFAULTS", "MetalcoreError", "active_overrides", "backends", "call_counts", "cpu_threads",
+           "fallback_counts", "patch_model", "unpatch_model",
+           "info", "reset_call_counts", "reset_fallback_counts", "set_cpu_threads", "disable_pytorch_overrides",
            "enable_pytorch_overrides", "fused_add_rms_norm", "gelu", "layer_norm", "linalg", "nn", "optim",
            "pytorch_overrides", "rms_norm", "silu", "softmax"]

@@ -1,4 +1,5 @@
 """Loading libmetalcore and describing torch tensors to it (ctypes)."""
+import collections
 import ctypes
 import functools
 import logging
@@ -143,6 +144,10 @@ def forked():
     return _forked
 
 
+# library calls made, by function (mc_ name without the prefix)
+CALLS = collections.Counter()
+
+
 def call(name, *args):
     """Calls mc_<name>: tensors (or None) become descriptors, floats c_float,
     ints int32; raises MetalcoreError on a non-OK status."""
@@ -156,6 +161,7 @@ def call(name, *args):
             conv.append(ctypes.c_int32(a))
         else:
             conv.append(a)
+    CALLS[name] += 1
     check(getattr(lib, "mc_" + name)(*conv))
 
 

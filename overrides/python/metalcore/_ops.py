@@ -10,7 +10,7 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
-from ._lib import available, call, check, describe, encoder, forked, lib
+from ._lib import CALLS, available, call, check, describe, encoder, forked, lib
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -37,6 +37,8 @@ def unsupported(*tensors):
         return f"dtype {str(first.dtype)[6:]}"
     if first.dim() == 0:
         return "0-d"
+    if any(t is not None and type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
+        return "tensor subclass"  # DTensor (FSDP2) and the like: their data is not one buffer
     if not available(first.device.type):
         return "forked child" if forked() else f"no {first.device.type} backend"
     for t in tensors:
@@ -101,6 +103,7 @@ def layer_norm_backward_kernel(dy, x, weight, mean, rstd, want_dw, want_db):
 
 def softmax_kernel(x):
     y = torch.empty_like(x)
+    CALLS["softmax_fwd"] += 1
     check(lib.mc_softmax_fwd(describe(x), describe(y), encoder(x)))  # direct: small calls are common
     return y
 
@@ -113,6 +116,7 @@ def softmax_backward_kernel(dy, y):
 
 def gelu_kernel(x, tanh_form):
     y = torch.empty_like(x)
+    CALLS["gelu_fwd"] += 1
     check(lib.mc_gelu_fwd(describe(x), int(tanh_form), describe(y), encoder(x)))
     return y
 
@@ -125,6 +129,7 @@ def gelu_backward_kernel(dy, x, tanh_form):
 
 def silu_kernel(x):
     y = torch.empty_like(x)
+    CALLS["silu_fwd"] += 1
     check(lib.mc_silu_fwd(describe(x), describe(y), encoder(x)))
     return y
 

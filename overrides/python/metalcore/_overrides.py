@@ -2,6 +2,7 @@
 putting the originals back."""
 import collections
 import contextlib
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -25,11 +26,31 @@ _told = set()
 
 
 def _fell_back(op, reason):
+    if _nested():
+        return  # counted by the patched function whose fallback this is
     _counts[(op, reason)] += 1
     log.debug("%s falls back to PyTorch: %s", op, reason)
     if reason in _SURPRISING and (op, reason) not in _told:
         _told.add((op, reason))
         log.info("%s falls back to PyTorch's own for %s inputs (counted in metalcore.fallback_counts())", op, reason)
+
+
+# A fallback's original may call another patched function (F.softmax calls
+# Tensor.softmax): inside it, the patched functions go straight to theirs.
+_inside = threading.local()
+
+
+def _fall_back(op, why, original, *args, **kwargs):
+    _fell_back(op, why)
+    _inside.depth = getattr(_inside, "depth", 0) + 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _inside.depth -= 1
+
+
+def _nested():
+    return getattr(_inside, "depth", 0) > 0
 
 
 def fallback_counts():
@@ -47,6 +68,8 @@ def reset_fallback_counts():
 
 def _off(op, t):
     """Why the override of op does not apply to t's device, or None."""
+    if _nested():
+        return "inside a fallback"
     if not isinstance(t, torch.Tensor):
         return "not a tensor"
     if t.device.type not in _enabled.get(op, ()):
@@ -66,8 +89,7 @@ def _rms_norm(orig):
         why = _off("rms_norm", input) or _last_dim(input, normalized_shape) or _ops.unsupported(input, weight)
         if why is None:
             return _ops.rms_norm_unchecked(input, weight, torch.finfo(input.dtype).eps if eps is None else eps)
-        _fell_back("rms_norm", why)
-        return orig(input, normalized_shape, weight, eps)
+        return _fall_back("rms_norm", why, orig, input, normalized_shape, weight, eps)
     return rms_norm
 
 
@@ -76,22 +98,37 @@ def _layer_norm(orig):
         why = _off("layer_norm", input) or _last_dim(input, normalized_shape) or _ops.unsupported(input, weight, bias)
         if why is None:
             return _ops.layer_norm_unchecked(input, weight, bias, eps)
-        _fell_back("layer_norm", why)
-        return orig(input, normalized_shape, weight, bias, eps)
+        return _fall_back("layer_norm", why, orig, input, normalized_shape, weight, bias, eps)
     return layer_norm
+
+
+def _softmax_why(input, dim, dtype):
+    """Why a softmax call is not metalcore's, or None: a dtype= other than
+    the input's, or another dim."""
+    why = _off("softmax", input) or _ops.unsupported(input)
+    if why is None and dtype is not None and dtype != input.dtype:
+        why = f"dtype={str(dtype)[6:]} on {str(input.dtype)[6:]} input"
+    if why is None and (dim is None or dim not in (-1, input.dim() - 1)):
+        why = "dim other than the last"
+    return why
 
 
 def _softmax(orig):
     def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        why = _off("softmax", input) or _ops.unsupported(input)
-        if why is None and dtype is not None:
-            why = "dtype="
-        if why is None and (dim is None or dim not in (-1, input.dim() - 1)):
-            why = "dim other than the last"
+        why = _softmax_why(input, dim, dtype)
         if why is None:
             return _ops.softmax_unchecked(input)
-        _fell_back("softmax", why)
-        return orig(input, dim, _stacklevel, dtype)
+        return _fall_back("softmax", why, orig, input, dim, _stacklevel, dtype)
+    return softmax
+
+
+def _torch_softmax(orig):
+    """torch.softmax and Tensor.softmax: (input, dim, dtype=None)."""
+    def softmax(input, dim, dtype=None):
+        why = _softmax_why(input, dim, dtype)
+        if why is None:
+            return _ops.softmax_unchecked(input)
+        return _fall_back("softmax", why, orig, input, dim, dtype=dtype)
     return softmax
 
 
@@ -102,8 +139,9 @@ def _gelu(orig):
             why = f"approximate={approximate!r}"
         if why is None:
             return _ops.gelu_unchecked(input, approximate)
-        _fell_back("gelu", why)
-        return orig(input, approximate=approximate) if approximate != "none" else orig(input)
+        if approximate != "none":
+            return _fall_back("gelu", why, orig, input, approximate=approximate)
+        return _fall_back("gelu", why, orig, input)
     return gelu
 
 
@@ -112,8 +150,7 @@ def _silu(orig):
         why = _off("silu", input) or ("inplace=True" if inplace else None) or _ops.unsupported(input)
         if why is None:
             return _ops.silu_unchecked(input)
-        _fell_back("silu", why)
-        return orig(input, inplace=inplace)
+        return _fall_back("silu", why, orig, input, inplace=inplace)
     return silu
 
 
@@ -122,34 +159,32 @@ def _qr(orig):
         why = _off("qr", A) or ("out=" if out is not None else None) or linalg.why_not(A, mode)
         if why is None:
             return torch.return_types.linalg_qr(linalg.qr_unchecked(A, mode))
-        _fell_back("qr", why)
         if out is not None:
-            return orig(A, mode, out=out)
-        return orig(A, mode)
+            return _fall_back("qr", why, orig, A, mode, out=out)
+        return _fall_back("qr", why, orig, A, mode)
     return qr
 
 
-_FACTORIES = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax, "gelu": _gelu, "silu": _silu,
-              "qr": _qr}
-# where each patched function lives
-_MODULES = {"qr": torch.linalg}
+# What each op patches: target name -> (op, owner, attribute, wrapper factory)
+_TARGETS = {
+    "rms_norm": ("rms_norm", F, "rms_norm", _rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", _layer_norm),
+    "softmax": ("softmax", F, "softmax", _softmax), "torch_softmax": ("softmax", torch, "softmax", _torch_softmax),
+    "tensor_softmax": ("softmax", torch.Tensor, "softmax", _torch_softmax), "gelu": ("gelu", F, "gelu", _gelu),
+    "silu": ("silu", F, "silu", _silu), "qr": ("qr", torch.linalg, "qr", _qr),
+}
 
 
-def _module(op):
-    return _MODULES.get(op, F)
-
-
-def _patched(op, original):
-    """The function installed for op: made once, at import, around PyTorch's
-    original, and kept. It is a module-level function here, so it pickles by
-    reference (a module that stored it, as TransformerEncoderLayer stores its
-    activation, stays picklable after the overrides are turned off), and
-    TorchScript sees the original: the same builtin op where the original is
-    one, else the original's source (torch.jit.script's rule for
+def _patched(target, original):
+    """The function installed for target: made once, at import, around
+    PyTorch's original, and kept. It is a module-level function here, so it
+    pickles by reference (a module that stored it, as TransformerEncoderLayer
+    stores its activation, stays picklable after the overrides are turned
+    off), and TorchScript sees the original: the same builtin op where the
+    original is one, else the original's source (torch.jit.script's rule for
     script-if-tracing wrappers)."""
-    fn = _FACTORIES[op](lambda *args, **kwargs: _ORIGINALS[op](*args, **kwargs))
-    fn.__qualname__ = "patched_" + op  # what pickle looks up
-    fn.__name__ = getattr(original, "__name__", op)  # what TorchScript names the original's compiled source
+    fn = _TARGETS[target][3](lambda *args, **kwargs: _ORIGINALS[target](*args, **kwargs))
+    fn.__qualname__ = "patched_" + target  # what pickle looks up
+    fn.__name__ = getattr(original, "__name__", target)  # what TorchScript names the original's compiled source
     fn.__module__ = __name__
     fn.__wrapped__ = original
     builtin = torch.jit._builtins._find_builtin(original)
@@ -162,36 +197,32 @@ def _patched(op, original):
     return fn
 
 
-# PyTorch's originals and their replacements, for the ops this PyTorch has
+# PyTorch's originals and their replacements, for what this PyTorch has
 # (F.rms_norm only from 2.4 on).
-_ORIGINALS = {op: getattr(_module(op), op) for op in ALL if hasattr(_module(op), op)}
-_PATCHES = {op: _patched(op, orig) for op, orig in _ORIGINALS.items()}
+_ORIGINALS = {t: getattr(owner, attr) for t, (_, owner, attr, _f) in _TARGETS.items() if hasattr(owner, attr)}
+_PATCHES = {t: _patched(t, orig) for t, orig in _ORIGINALS.items()}
 
 _enabled = {}  # op -> the device types it is on for
-
-
-def _on(op, t):
-    return isinstance(t, torch.Tensor) and t.device.type in _enabled.get(op, ())
 
 
 def _apply(enabled):
     """Makes the overrides exactly `enabled` (op -> device types): patched
     where on, and elsewhere the exact function that was there when the op
     was last turned on (PyTorch's, or whatever else had patched it)."""
-    for op, patch in _PATCHES.items():
-        module = _module(op)
+    for target, patch in _PATCHES.items():
+        op, owner, attr, _ = _TARGETS[target]
         on = bool(enabled.get(op))
-        current = getattr(module, op)
+        current = getattr(owner, attr)
         if on and current is not patch:
-            _ORIGINALS[op] = current
+            _ORIGINALS[target] = current
             if hasattr(patch, "__original_fn"):
                 patch.__original_fn = current
         if on:
-            setattr(module, op, patch)
+            setattr(owner, attr, patch)
         elif current is patch:
-            setattr(module, op, _ORIGINALS[op])
+            setattr(owner, attr, _ORIGINALS[target])
     _enabled.clear()
-    _enabled.update({op: set(d) for op, d in enabled.items() if d and op in _PATCHES})
+    _enabled.update({op: set(d) for op, d in enabled.items() if d and any(_TARGETS[t][0] == op for t in _PATCHES)})
 
 
 def _selection(ops):

@@ -5,7 +5,7 @@ import ctypes
 import torch
 
 from . import _lib, _ops
-from ._ops import supported
+from ._ops import unsupported
 
 
 class _Config(ctypes.Structure):
@@ -30,7 +30,15 @@ class AdamW(torch.optim.Optimizer):
     arithmetic, with the same float32 state."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False):
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+        # foreach and fused are PyTorch's choice of implementation: metalcore
+        # steps a whole group in one fused call whatever they say.
+        if differentiable:
+            raise ValueError("metalcore.optim.AdamW: differentiable=True (a step autograd can differentiate "
+                             "through) is not supported; use torch.optim.AdamW for it")
+        if capturable:
+            raise ValueError("metalcore.optim.AdamW: capturable=True (the step count and lr kept on the device "
+                             "for CUDA graphs) is not supported yet; use capturable=False")
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -73,6 +81,7 @@ class AdamW(torch.optim.Optimizer):
         """One step. The library's calls come first and all-or-nothing: a
         step the library refuses raises with nothing updated, step counts
         included."""
+        from . import _overrides  # its fallback counts (imported after this module)
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -91,9 +100,13 @@ class AdamW(torch.optim.Optimizer):
                 tensors = [p, p.grad, state["exp_avg"], state["exp_avg_sq"]]
                 if amsgrad:
                     tensors.append(state["max_exp_avg_sq"])
-                if supported(p, p.grad) and all(t.is_contiguous() and t.device == p.device for t in tensors[2:]):
+                why = unsupported(p, p.grad)
+                if why is None and not all(t.is_contiguous() and t.device == p.device for t in tensors[2:]):
+                    why = "state not contiguous on the parameter's device"
+                if why is None:
                     batches.setdefault((p.device, step), []).append(tensors)
                 else:
+                    _overrides._fell_back("adamw", why)
                     rest.append((step, tensors))
             work.append((group, batches, rest))
         for group, batches, _ in work:

@@ -95,7 +95,7 @@ def test_pointwise_and_softmax(device, dtype, shape, op):
 
 
 def test_module(device):
-    m = metalcore.nn.RMSNorm(64, device=device)
+    m = metalcore.nn.RMSNorm(64, eps=1e-6, device=device)
     x = torch.randn(3, 64, device=device)
     close(m(x), ref_rms(x, m.weight.detach(), 1e-6), torch.float32)
     m(x.double()).sum().backward()  # float64: PyTorch's arithmetic

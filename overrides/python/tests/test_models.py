@@ -1,0 +1,249 @@
+"""What real models call: modules with PyTorch's signatures, patch_model on a
+Llama-like block written from transformers' published definitions, softmax
+as models call it, AdamW's PyTorch keywords, DistributedDataParallel."""
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import metalcore
+
+pytestmark = pytest.mark.usefixtures("restore_overrides")
+
+
+# ---- transformers' Llama modules (LlamaRMSNorm, LlamaMLP, eager attention's
+# softmax), as published, without the rotary embedding and the cache ----------
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class GemmaRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        output = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        output = output * (1.0 + self.weight.float())
+        return output.type_as(x)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden, intermediate):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.act_fn = nn.SiLU()  # ACT2FN["silu"]
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(hidden, hidden, bias=False) for _ in range(4))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (p(x).view(b, s, self.heads, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj,
+                                                                                        self.v_proj))
+        attn_weights = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        causal = torch.triu(torch.full((s, s), float("-inf")), 1)
+        attn_weights = attn_weights + causal
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(attn_weights, v).transpose(1, 2).reshape(b, s, -1)
+        return self.o_proj(out)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, hidden=64, heads=4, intermediate=128):
+        super().__init__()
+        self.self_attn = LlamaAttention(hidden, heads)
+        self.mlp = LlamaMLP(hidden, intermediate)
+        self.input_layernorm = LlamaRMSNorm(hidden)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def test_patch_model_on_a_llama_block():
+    torch.manual_seed(0)
+    model = nn.Sequential(LlamaDecoderLayer(), LlamaDecoderLayer(), GemmaRMSNorm(64))
+    for p in model.parameters():
+        p.data.normal_(0, 0.2)
+    x = torch.randn(2, 10, 64, requires_grad=True)
+    want = model(x)
+    want.sum().backward()
+    want_grad = x.grad.clone()
+    x.grad = None
+    keys = list(model.state_dict())
+
+    report = metalcore.patch_model(model)
+    swapped = {name for name, _ in report["swapped"]}
+    assert swapped == {f"{i}.{m}" for i in (0, 1) for m in ("input_layernorm", "post_attention_layernorm",
+                                                               "mlp.act_fn")}
+    assert [(n, c) for n, c, _ in report["left"]] == [("2", "GemmaRMSNorm")]
+    assert list(model.state_dict()) == keys
+    metalcore.reset_call_counts()
+    with metalcore.pytorch_overrides(ops=["softmax"]):  # the attention's functional softmax
+        got = model(x)
+        got.sum().backward()
+    calls = metalcore.call_counts()
+    assert calls["rmsnorm_fwd"] == 4 and calls["silu_fwd"] == 2 and calls["softmax_fwd"] == 2, calls
+    assert calls["rmsnorm_bwd"] == 4 and calls["silu_bwd"] == 2 and calls["softmax_bwd"] == 2, calls
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, want_grad, rtol=1e-4, atol=1e-4)
+
+    assert metalcore.unpatch_model(model) == 6
+    assert type(model[0].input_layernorm) is LlamaRMSNorm and type(model[1].mlp.act_fn) is nn.SiLU
+
+
+def test_patch_model_swaps_pytorch_modules():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16), nn.GELU(approximate="tanh"), nn.SiLU(),
+                          nn.Softmax(dim=-1))
+    x = torch.randn(4, 16)
+    want = model(x)
+    weight = model[1].weight
+    report = metalcore.patch_model(model)
+    assert type(model[1]) is metalcore.nn.LayerNorm and model[1].weight is weight  # the same Parameter
+    assert [c for _, c in report["swapped"]] == ["LayerNorm", "GELU", "SiLU", "Softmax"]
+    metalcore.reset_call_counts()
+    torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
+    assert set(metalcore.call_counts()) == {"layernorm_fwd", "gelu_fwd", "silu_fwd", "softmax_fwd"}
+    assert metalcore.unpatch_model(model) == 4
+    assert [type(m) for m in model[1:]] == [nn.LayerNorm, nn.GELU, nn.SiLU, nn.Softmax]
+
+
+# ---- modules -------------------------------------------------------------------
+
+def test_module_signatures_and_state_dicts():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 32)
+    m = metalcore.nn.RMSNorm([32], eps=1e-5, elementwise_affine=True, device="cpu", dtype=torch.float32)
+    assert list(m.state_dict()) == ["weight"] and m.weight.shape == (32,)
+    if hasattr(nn, "RMSNorm"):
+        ref = nn.RMSNorm([32], eps=1e-5)
+        m.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(m(x), ref(x))
+    assert metalcore.nn.RMSNorm(32, elementwise_affine=False).weight is None
+    ln, ref = metalcore.nn.LayerNorm(32, eps=1e-5), nn.LayerNorm(32, eps=1e-5)
+    ln.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(ln(x), ref(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(metalcore.nn.GELU(approximate="tanh")(x), F.gelu(x, approximate="tanh"))
+    torch.testing.assert_close(metalcore.nn.SiLU()(x), F.silu(x))
+    torch.testing.assert_close(metalcore.nn.Softmax(dim=-1)(x), F.softmax(x, -1))
+    torch.testing.assert_close(metalcore.nn.Softmax(dim=1)(x), F.softmax(x, 1))  # another dim: PyTorch's
+    r = torch.randn_like(x)
+    f = metalcore.nn.FusedAddRMSNorm(32, eps=1e-6)
+    y, total = f(x, r)
+    torch.testing.assert_close(total, x + r)
+    torch.testing.assert_close(y, metalcore.nn.RMSNorm(32, eps=1e-6)(x + r))
+    # with a gradient wanted: PyTorch's sum, metalcore's norm, differentiable
+    xg = x.clone().requires_grad_()
+    y, total = f(xg, r)
+    y.sum().backward()
+    assert xg.grad is not None and f.weight.grad is not None
+
+
+# ---- softmax as models call it --------------------------------------------------
+
+def test_softmax_variants_reach_metalcore():
+    x = torch.randn(4, 7)
+    want = F.softmax(x.double(), -1).float()
+    with metalcore.pytorch_overrides(ops=["softmax"]):
+        metalcore.reset_call_counts()
+        metalcore.reset_fallback_counts()
+        for y in (torch.softmax(x, -1), x.softmax(-1), x.softmax(dim=-1, dtype=torch.float32),
+                  F.softmax(x, -1, dtype=torch.float32), nn.Softmax(-1)(x)):
+            torch.testing.assert_close(y, want)
+        assert metalcore.call_counts() == {"softmax_fwd": 5}
+        torch.softmax(x.bfloat16(), -1, dtype=torch.float32)  # an upcast: PyTorch's, counted
+        x.softmax(0)
+    assert metalcore.fallback_counts()["softmax"] == {"dtype=float32 on bfloat16 input": 1,
+                                                      "dim other than the last": 1}
+    assert torch.softmax(x, -1) is not None and torch.Tensor.softmax is not None
+
+
+# ---- AdamW ---------------------------------------------------------------------
+
+def test_adamw_keywords():
+    p = [torch.randn(4, requires_grad=True)]
+    for kw in (dict(foreach=True), dict(fused=True), dict(foreach=False, fused=False), dict(capturable=False)):
+        metalcore.optim.AdamW(p, lr=1e-3, **kw)
+    with pytest.raises(ValueError, match="differentiable"):
+        metalcore.optim.AdamW(p, differentiable=True)
+    with pytest.raises(ValueError, match="capturable"):
+        metalcore.optim.AdamW(p, capturable=True)
+
+
+class Wrapped(torch.Tensor):
+    """A tensor subclass standing in for DTensor."""
+
+
+def test_adamw_falls_back_for_tensor_subclasses():
+    torch.manual_seed(0)
+    plain = torch.randn(6, requires_grad=True)
+    sub = torch.randn(6).as_subclass(Wrapped).requires_grad_()
+    ref = [plain.detach().clone().requires_grad_(), sub.detach().clone().requires_grad_()]
+    metalcore.reset_fallback_counts()
+    ours, theirs = metalcore.optim.AdamW([plain, sub], lr=1e-2), torch.optim.AdamW(ref, lr=1e-2)
+    for _ in range(3):
+        g = torch.randn(6)
+        for a, b in zip([plain, sub], ref):
+            a.grad, b.grad = g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+    torch.testing.assert_close(plain.detach(), ref[0].detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sub.detach().as_subclass(torch.Tensor), ref[1].detach().as_subclass(torch.Tensor),
+                               rtol=1e-5, atol=1e-6)
+    assert metalcore.fallback_counts()["adamw"] == {"tensor subclass": 3}
+
+
+# ---- DistributedDataParallel (gloo, 2 processes) ----------------------------------
+
+def _ddp_worker(rank, world, store, out):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), metalcore.nn.RMSNorm(32), metalcore.nn.SiLU(), nn.Linear(32, 1))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = metalcore.optim.AdamW(ddp.parameters(), lr=1e-2)
+    torch.manual_seed(1 + rank)  # each rank its own data
+    for _ in range(5):
+        x = torch.randn(8, 16)
+        loss = ddp(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save([p.detach() for p in model.parameters()], f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_ddp_gloo_two_processes():
+    with tempfile.TemporaryDirectory() as d:
+        store, out = os.path.join(d, "store"), os.path.join(d, "params")
+        torch.multiprocessing.spawn(_ddp_worker, args=(2, store, out), nprocs=2, join=True)
+        a, b = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y)  # the ranks stepped the same averaged gradients
