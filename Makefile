@@ -7,6 +7,7 @@ CC      ?= gcc
 export GOEXPERIMENT := simd
 
 LIB     := build/libmetalcore.so
+PYLIB   := overrides/python/metalcore/libmetalcore.so
 # the version is the header's (MC_VERSION_*); the SONAME carries the major
 MC_MAJOR := $(shell sed -n 's/^\#define MC_VERSION_MAJOR //p' include/metalcore.h)
 MC_MINOR := $(shell sed -n 's/^\#define MC_VERSION_MINOR //p' include/metalcore.h)
@@ -28,6 +29,7 @@ all: $(LIB)
 $(LIB): $(SOURCES)
 	$(GO) build -buildmode=c-shared -ldflags='-extldflags=-Wl,-soname,$(SONAME)' -o $@ ./capi
 	rm -f build/libmetalcore.h
+	if [ -f $(PYLIB) ]; then cp $@ $(PYLIB); fi  # a bundled copy (make python) never goes stale
 
 # the static archive: for a C or C++ program with no other Go library in it
 # (each Go archive or shared library brings a Go runtime; a process holds one)
@@ -158,8 +160,8 @@ test-go-api:
 	cd examples/go && $(GO) run .
 
 # the Python package with the library inside it (pip install ./overrides/python)
-python: overrides/python/metalcore/libmetalcore.so
-overrides/python/metalcore/libmetalcore.so: $(LIB)
+python: $(PYLIB)
+$(PYLIB): $(LIB)
 	cp $(LIB) $@
 
 # the Python package installed into a fresh virtual environment over the

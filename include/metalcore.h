@@ -147,7 +147,10 @@ mc_status mc_layernorm_bwd(const mc_tensor* dy, const mc_tensor* x, const mc_ten
                            mc_tensor* dweight, mc_tensor* dbias, mc_tensor* workspace,
                            void* encoder);
 
-/* ---- softmax over the last dimension ------------------------------------ */
+/* ---- softmax over the last dimension ------------------------------------
+ * y like x, or float32 when x is float16 or bfloat16 (the upcast of
+ * torch.softmax(x, dim, dtype=torch.float32): the same float32 arithmetic,
+ * stored without rounding to 16 bits). */
 mc_status mc_softmax_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
 /* dx = y * (dy - sum(dy * y)); dx may be dy. */
 mc_status mc_softmax_bwd(const mc_tensor* dy, const mc_tensor* y, mc_tensor* dx, void* encoder);

@@ -3,7 +3,21 @@
 // once, each taking every MC_NBLOCKS-th row and fetching its next row while
 // it reduces and writes the current one.
 
-template <class D, bool ahead>
+// stores the n values of a piece at element s of q, of element type DO
+// (DO may be wider than the input's: float32 output of 16-bit rows), whole
+// vectors of DO when vec
+template <class DO, int n> MC_DEVICE void softmax_store(typename DO::T* q, int cols, bool vec, int s, const float* val) {
+    enum { M = Vec<DO>::N };
+    if (vec) {
+        if (s < cols)
+            for (int h = 0; h < n; h += M) Vec<DO>::store(q + s + h, val + h);
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        if (s + j < cols) DO::store(q + s + j, val[j]);
+}
+
+template <class D, class DO, bool ahead>
 MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int rows, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
@@ -29,21 +43,27 @@ MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int 
             }
         });
         float inv = 1.f / mc_block_sum(sum, red);
-        T* y = (T*)y_ + r * ys;
+        typename DO::T* y = (typename DO::T*)y_ + r * ys;
         bool yvec = mc_aligned(y, cols, N);
         x.each([&](float* v, int k) {
             float o[N];
             for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
-            mc_store<D>(y, cols, yvec, x.start(k), o);
+            softmax_store<DO, N>(y, cols, yvec, x.start(k), o);
         });
     });
 }
 #define MC_SOFTMAX_FWD_PARAMS (const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, int cols)
 #define MC_SOFTMAX_FWD_ARGS (x, xs, y, ys, rows, cols)
-template <class D> __device__ void softmax_fwd MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, false> MC_SOFTMAX_FWD_ARGS; }
-template <class D> __device__ void softmax_fwd_ahead MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, true> MC_SOFTMAX_FWD_ARGS; }
+template <class D> __device__ void softmax_fwd MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, D, false> MC_SOFTMAX_FWD_ARGS; }
+template <class D> __device__ void softmax_fwd_ahead MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, D, true> MC_SOFTMAX_FWD_ARGS; }
 MC_INSTANTIATE(softmax_fwd, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
 MC_INSTANTIATE(softmax_fwd_ahead, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+// float32 output of 16-bit rows (softmax(x, dtype=float32)); the _f32
+// instances repeat softmax_fwd's
+template <class D> __device__ void softmax_fwd_f32out MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, F32, false> MC_SOFTMAX_FWD_ARGS; }
+template <class D> __device__ void softmax_fwd_f32out_ahead MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, F32, true> MC_SOFTMAX_FWD_ARGS; }
+MC_INSTANTIATE(softmax_fwd_f32out, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE(softmax_fwd_f32out_ahead, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
 
 // dx = y * (dy - sum(dy * y))
 template <class D>

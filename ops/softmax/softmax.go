@@ -10,20 +10,32 @@ import (
 	"metalcore/internal/core"
 )
 
-// Fwd: y = exp(x - max) / sum(exp(x - max)) per row. The exponentials are
-// computed once, into float32 (y itself when it is float32), then scaled.
+// Fwd: y = exp(x - max) / sum(exp(x - max)) per row, y of x's dtype or
+// float32 (a 16-bit x upcast, as softmax(x, dtype=torch.float32)). The
+// exponentials are computed once, into float32 (y itself when it is
+// float32), then scaled.
 func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 	var c core.Call
 	xv := c.In("x", x)
 	yv := c.Out("y", y)
 	c.Check(func() error { return core.WantRows(xv) })
-	c.Check(func() error { return core.LikeX(xv, yv) })
+	c.Check(func() error { return core.SameShape(xv, yv) })
+	c.Check(func() error {
+		if yv.DType == core.F32 {
+			return nil
+		}
+		return core.SameDType(xv, yv)
+	})
 	c.AllowInPlace(yv, xv)
 	if err := c.Done(enc); err != nil || xv.N == 0 {
 		return err
 	}
 	if xv.DeviceType == core.DeviceCUDA {
-		return rowKernel("softmax_fwd", enc, true, xv, yv)
+		name := "softmax_fwd"
+		if yv.DType != xv.DType {
+			name = "softmax_fwd_f32out"
+		}
+		return rowKernel(name, enc, true, xv, yv)
 	}
 	cols := xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )
 
@@ -29,6 +30,31 @@ func TestFwd(t *testing.T) {
 		tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
 		require.True(t, y.PaddingPoisoned(), "%v: wrote outside y's elements", c)
 	})
+}
+
+// A 16-bit x with a float32 y (softmax(x, dtype=torch.float32)): the
+// float32 result of the 16-bit values, to float32 accuracy.
+func TestFwdFloat32Output(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		if c.DT == core.F32 || c.InPlace {
+			return // the same dtype (TestFwd), or in place: not with two dtypes
+		}
+		x := c.New(c.Shape, 0)
+		xs := x.Rand(tu.RNG(t), 4)
+		y := c.New(c.Shape, core.F32)
+		require.NoError(t, Fwd(x.Ptr(), y.Ptr(), nil), c)
+		var want []float64
+		for _, row := range tu.Rows(xs, c.Cols()) {
+			want = append(want, RefSoftmax(row)...)
+		}
+		tu.Close(t, c.String()+" float32 y", y.Values(), want, 1e-5)
+		require.True(t, y.PaddingPoisoned(), "%v: wrote outside y's elements", c)
+	})
+	// a 16-bit y of a float32 x, or of the other 16-bit type, stays refused
+	for _, pair := range [][2]core.DType{{core.F32, core.BF16}, {core.F16, core.BF16}, {core.BF16, core.F16}} {
+		x, y := tu.New(pair[0], []int64{2, 8}), tu.New(pair[1], []int64{2, 8})
+		require.Equal(t, core.ErrUnsupportedDType, tu.Status(t, Fwd(x.Ptr(), y.Ptr(), nil)), "%v", pair)
+	}
 }
 
 // A masked row (-inf entries, as attention masks use) and a row whose

@@ -46,8 +46,8 @@ def _(x, weight, bias, eps):
 
 
 @torch.library.custom_op("metalcore::softmax", mutates_args=())
-def softmax(x: Tensor) -> Tensor:
-    return _ops.softmax_kernel(x)
+def softmax(x: Tensor, upcast: bool) -> Tensor:
+    return _ops.softmax_kernel(x, upcast)
 
 
 @torch.library.custom_op("metalcore::gelu", mutates_args=())
@@ -70,8 +70,8 @@ def _(x, residual, weight, eps):
     return torch.empty_like(x), torch.empty_like(residual)
 
 
-for _op in (softmax, silu):
-    _op.register_fake(lambda x: torch.empty_like(x))
+softmax.register_fake(lambda x, upcast: torch.empty_like(x, dtype=torch.float32 if upcast else x.dtype))
+silu.register_fake(lambda x: torch.empty_like(x))
 gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
 
 
@@ -177,11 +177,12 @@ def _layer_norm_grad(ctx, dy, _dmean, _drstd):
 
 def _softmax_context(ctx, inputs, output):
     ctx.save_for_backward(output)
+    ctx.x_dtype = inputs[0].dtype
 
 
 def _softmax_grad(ctx, dy):
     (y,) = ctx.saved_tensors
-    return _ops.softmax_backward(dy, y)
+    return _ops.softmax_backward(dy, y, ctx.x_dtype), None
 
 
 def _gelu_context(ctx, inputs, output):

@@ -101,8 +101,9 @@ def layer_norm_backward_kernel(dy, x, weight, mean, rstd, want_dw, want_db):
     return dx, dw, db
 
 
-def softmax_kernel(x):
-    y = torch.empty_like(x)
+def softmax_kernel(x, upcast=False):
+    """y = softmax(x) in x's dtype, or float32 (upcast, for a 16-bit x)."""
+    y = torch.empty_like(x, dtype=torch.float32 if upcast else x.dtype)
     CALLS["softmax_fwd"] += 1
     check(lib.mc_softmax_fwd(describe(x), describe(y), encoder(x)))  # direct: small calls are common
     return y
@@ -186,10 +187,13 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, eps, needs):
                                bias is not None and needs[2])
 
 
-def softmax_backward(dy, y):
+def softmax_backward(dy, y, x_dtype):
+    """dx in x's dtype (y is float32 where the forward upcast)."""
     if torch.is_grad_enabled():  # in ops on y, which differentiate through the softmax again
-        return y * (dy - (dy * y).sum(-1, keepdim=True))
-    return BACKWARD.softmax(dy, y)
+        dx = y * (dy - (dy * y).sum(-1, keepdim=True))
+    else:
+        dx = BACKWARD.softmax(dy.to(y.dtype), y)
+    return dx.to(x_dtype)
 
 
 def gelu_backward(dy, x, tanh_form):
@@ -237,15 +241,16 @@ class _LayerNorm(torch.autograd.Function):
 
 class _Softmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        y = softmax_kernel(x)
+    def forward(ctx, x, upcast):
+        y = softmax_kernel(x, upcast)
         ctx.save_for_backward(y)
+        ctx.x_dtype = x.dtype
         return y
 
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return softmax_backward(dy, y)
+        return softmax_backward(dy, y, ctx.x_dtype), None
 
 
 class _Gelu(torch.autograd.Function):
@@ -289,8 +294,8 @@ def _layer_norm_op(x, weight, bias, eps):
     return _LayerNorm.apply(x, weight, bias, eps)
 
 
-def _softmax_op(x):
-    return _Softmax.apply(x) if _differentiable(x) else softmax_kernel(x)
+def _softmax_op(x, upcast):
+    return _Softmax.apply(x, upcast) if _differentiable(x) else softmax_kernel(x, upcast)
 
 
 def _gelu_op(x, tanh_form):
@@ -358,15 +363,23 @@ def layer_norm_unchecked(x, weight, bias, eps):
     return _layer_norm_op(x, weight, bias, float(eps))
 
 
-def softmax(x, dim=-1):
-    """Softmax over the last dimension, differentiable."""
-    if not _need(supported(x) and dim in (-1, x.dim() - 1), "softmax"):
-        return _torch_softmax(x, dim)
-    return softmax_unchecked(x)
+def softmax(x, dim=-1, dtype=None):
+    """Softmax over the last dimension, differentiable; dtype: None (x's),
+    x's, or float32 for a 16-bit x (computed, not cast afterwards)."""
+    upcast = upcasts(x, dtype)
+    if not _need(supported(x) and dim in (-1, x.dim() - 1) and (dtype in (None, x.dtype) or upcast), "softmax"):
+        return _torch_softmax(x, dim, dtype=dtype)
+    return softmax_unchecked(x, upcast)
 
 
-def softmax_unchecked(x):
-    return _softmax_op(x)
+def upcasts(x, dtype):
+    """Whether softmax(x, dtype=dtype) is metalcore's float32 output of a
+    16-bit x."""
+    return dtype == torch.float32 and isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
+
+
+def softmax_unchecked(x, upcast=False):
+    return _softmax_op(x, upcast)
 
 
 def gelu(x, approximate="none"):

@@ -106,7 +106,7 @@ def _softmax_why(input, dim, dtype):
     """Why a softmax call is not metalcore's, or None: a dtype= other than
     the input's, or another dim."""
     why = _off("softmax", input) or _ops.unsupported(input)
-    if why is None and dtype is not None and dtype != input.dtype:
+    if why is None and dtype is not None and dtype != input.dtype and not _ops.upcasts(input, dtype):
         why = f"dtype={str(dtype)[6:]} on {str(input.dtype)[6:]} input"
     if why is None and (dim is None or dim not in (-1, input.dim() - 1)):
         why = "dim other than the last"
@@ -117,7 +117,7 @@ def _softmax(orig):
     def softmax(input, dim=None, _stacklevel=3, dtype=None):
         why = _softmax_why(input, dim, dtype)
         if why is None:
-            return _ops.softmax_unchecked(input)
+            return _ops.softmax_unchecked(input, _ops.upcasts(input, dtype))
         return _fall_back("softmax", why, orig, input, dim, _stacklevel, dtype)
     return softmax
 
@@ -127,7 +127,7 @@ def _torch_softmax(orig):
     def softmax(input, dim, dtype=None):
         why = _softmax_why(input, dim, dtype)
         if why is None:
-            return _ops.softmax_unchecked(input)
+            return _ops.softmax_unchecked(input, _ops.upcasts(input, dtype))
         return _fall_back("softmax", why, orig, input, dim, dtype=dtype)
     return softmax
 

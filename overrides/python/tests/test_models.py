@@ -11,6 +11,8 @@ from torch import nn
 
 import metalcore
 
+from conftest import ORIGINALS
+
 pytestmark = pytest.mark.usefixtures("restore_overrides")
 
 
@@ -171,6 +173,7 @@ def test_module_signatures_and_state_dicts():
 def test_softmax_variants_reach_metalcore():
     x = torch.randn(4, 7)
     want = F.softmax(x.double(), -1).float()
+    want_b = F.softmax(x.bfloat16().double(), -1).float()
     with metalcore.pytorch_overrides(ops=["softmax"]):
         metalcore.reset_call_counts()
         metalcore.reset_fallback_counts()
@@ -178,9 +181,18 @@ def test_softmax_variants_reach_metalcore():
                   F.softmax(x, -1, dtype=torch.float32), nn.Softmax(-1)(x)):
             torch.testing.assert_close(y, want)
         assert metalcore.call_counts() == {"softmax_fwd": 5}
-        torch.softmax(x.bfloat16(), -1, dtype=torch.float32)  # an upcast: PyTorch's, counted
+        xb = x.bfloat16().requires_grad_()
+        for y in (torch.softmax(xb, -1, dtype=torch.float32), F.softmax(xb, -1, dtype=torch.float32)):
+            assert y.dtype == torch.float32  # the upcast, computed in float32 from the bfloat16 values
+            torch.testing.assert_close(y, want_b, rtol=1e-5, atol=1e-6)
+        assert metalcore.call_counts() == {"softmax_fwd": 7}
+        y.square().sum().backward()
+        want = torch.autograd.grad(ORIGINALS["softmax"](xb.float(), -1).square().sum(), xb)[0]
+        assert xb.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(xb.grad.float(), want.float(), rtol=2e-2, atol=1e-3)
+        torch.softmax(x.bfloat16(), -1, dtype=torch.float64)  # another upcast: PyTorch's, counted
         x.softmax(0)
-    assert metalcore.fallback_counts()["softmax"] == {"dtype=float32 on bfloat16 input": 1,
+    assert metalcore.fallback_counts()["softmax"] == {"dtype=float64 on bfloat16 input": 1,
                                                       "dim other than the last": 1}
     assert torch.softmax(x, -1) is not None and torch.Tensor.softmax is not None
 
