@@ -20,7 +20,7 @@ CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: test-python python all demo static install uninstall deps test test-generated test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: test-python python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -73,14 +73,14 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: deps test-generated test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-python
+test: deps test-generated test-cuda-syntax test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-python
 	@echo "make test: all passed"
 
 # What the tests and benchmarks need from Debian: checked, and installed with
 # apt-get where this user may (root, or sudo without a password); otherwise
 # the one command that would.
 DEBS := gcc g++ make pkgconf cmake qemu-user-static python3-torch python3-numpy python3-pytest python3-venv \
-	python3-setuptools python3-wheel libopenblas0-pthread
+	python3-setuptools python3-wheel libopenblas0-pthread clang-14
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	missing=$$(echo $$missing); \
@@ -98,6 +98,16 @@ test-generated:
 	@mkdir -p build && cp encoder/cpu/simd/avx2/kernels.go build/avx2_kernels.go.committed
 	$(GO) generate ./encoder/cpu/simd/avx512/
 	@cmp -s encoder/cpu/simd/avx2/kernels.go build/avx2_kernels.go.committed || { echo "encoder/cpu/simd/avx2/kernels.go differs from what go generate writes from the avx512 template (now regenerated: commit it)"; exit 1; }
+
+# the CUDA kernel sources as the library compiles them (the prelude, then
+# every family's), parsed and instantiated by clang's CUDA front end: a
+# check that needs no GPU and no toolkit
+CUDA_SOURCES := encoder/cuda/prelude.cuh $(sort $(wildcard ops/*/*.cu))
+test-cuda-syntax:
+	@mkdir -p build
+	cat $(CUDA_SOURCES) > build/kernels.cu
+	clang-14 -x cuda --cuda-gpu-arch=sm_80 --cuda-device-only -nocudainc -nocudalib -std=c++17 -fsyntax-only \
+		-include tests/cuda/nvrtc_builtins.h build/kernels.cu
 
 test-go:
 	$(GO) vet ./...
