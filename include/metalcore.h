@@ -178,6 +178,17 @@ mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, vo
 mc_status mc_adamw_step(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params,
                         const mc_tensor* const* grads, mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs,
                         mc_tensor* const* max_exp_avg_sqs /* NULL unless amsgrad */, void* encoder);
+/* mc_adamw_step for mixed-precision training, as torch.amp.GradScaler drives
+ * PyTorch's fused AdamW: grad_scale (or NULL) is a float32 tensor of one
+ * element by which the gradients are divided; found_inf (or NULL) a float32
+ * tensor of one element, and where it is nonzero the step writes nothing.
+ * Both on the call's device: on CUDA they are read by the kernel, so the host
+ * never waits for them. Without a scaler (mc_adamw_step), an inf or NaN
+ * gradient makes its parameter NaN, as in PyTorch. */
+mc_status mc_adamw_step_scaled(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params,
+                               const mc_tensor* const* grads, mc_tensor* const* exp_avgs,
+                               mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,
+                               const mc_tensor* grad_scale, const mc_tensor* found_inf, void* encoder);
 
 /* ---- QR ---------------------------------------------------------------------
  * Householder QR of every matrix of a [..., m, n], k = min(m, n), computed in

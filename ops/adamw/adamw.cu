@@ -19,6 +19,8 @@ struct AdamWBatch {            // 8-byte words: the Go side writes words
     mc_i64 n[ADAMW_MAX];
     mc_i64 first_block[ADAMW_MAX + 1];
     mc_i64 count;
+    const float* grad_scale;  // null, or the gradients' scale (divided out)
+    const float* found_inf;   // null, or nonzero to skip the step
     AdamWScalars h;
 };
 
@@ -50,7 +52,9 @@ template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     const T* g = (const T*)b.grad[t];
     T* p = (T*)b.param[t];
     float *m = b.m[t], *v = b.v[t], *vmax = b.vmax[t];
-    const AdamWScalars h = b.h;
+    if (b.found_inf && *b.found_inf != 0.f) return;  // an inf or NaN gradient: no update
+    AdamWScalars h = b.h;
+    if (b.grad_scale) h.sign /= *b.grad_scale;
     // four elements per thread with 16-byte state accesses where every
     // pointer allows it (chunks start at multiples of 4096 elements)
     bool vec = ((unsigned long long)m | (unsigned long long)v | (unsigned long long)vmax) % 16 == 0 &&

@@ -341,17 +341,72 @@ func sortByStart(es, spare []extent) {
 	}
 }
 
+// Scaling is a mixed-precision step's optional arguments, as
+// torch.amp.GradScaler hands them to PyTorch's fused AdamW: the gradients
+// are divided by GradScale, and the whole step is skipped (nothing written)
+// where FoundInf is nonzero. Each is a float32 tensor of one element on the
+// call's device, or nil.
+type Scaling struct{ GradScale, FoundInf *core.Tensor }
+
+// views validates the scaling tensors against the call's device.
+func (s Scaling) views(dev *core.View) (scale, inf *core.View, err error) {
+	one := func(name string, t *core.Tensor) (*core.View, error) {
+		if t == nil {
+			return nil, nil
+		}
+		v := new(core.View)
+		if err := core.Check(v, name, t); err != nil {
+			return nil, err
+		}
+		if err := core.WantDType(v, core.F32); err != nil {
+			return nil, err
+		}
+		if v.N != 1 {
+			return nil, core.Errorf(core.ErrInvalidArgument, "%s has %d elements, must have 1", name, v.N)
+		}
+		if err := core.SameDevice(dev, v); err != nil {
+			return nil, err
+		}
+		return v, core.CheckOwned(v)
+	}
+	if scale, err = one("grad_scale", s.GradScale); err != nil {
+		return nil, nil, err
+	}
+	inf, err = one("found_inf", s.FoundInf)
+	return scale, inf, err
+}
+
 // Step takes one AdamW step on every tensor of the lists.
-func Step(c *Config, l Lists, enc unsafe.Pointer) error {
+func Step(c *Config, l Lists, enc unsafe.Pointer) error { return StepScaled(c, l, Scaling{}, enc) }
+
+// StepScaled is Step with gradient scaling (s's tensors may be nil).
+func StepScaled(c *Config, l Lists, s Scaling, enc unsafe.Pointer) error {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	groups, err := validate(c, l, enc, sc)
+	if err != nil {
+		return err
+	}
+	dev := core.View{Name: "params[0]", DeviceType: sc.device.typ, DeviceID: sc.device.id}
+	if len(groups) == 0 {
+		dev.DeviceType = core.DeviceCPU
+		if s.GradScale != nil {
+			dev.DeviceType, dev.DeviceID = s.GradScale.DeviceType, s.GradScale.DeviceID
+		}
+	}
+	scale, inf, err := s.views(&dev)
 	if err != nil || len(groups) == 0 {
 		return err
 	}
 	h := scalars(c)
 	if sc.device.typ == core.DeviceCUDA {
-		return stepCUDA(&h, groups, int(sc.device.id), enc)
+		return stepCUDA(&h, groups, int(sc.device.id), scale, inf, enc)
+	}
+	if inf != nil && *(*float32)(inf.Base) != 0 {
+		return nil // an inf or NaN gradient somewhere: the step is skipped
+	}
+	if scale != nil {
+		h.Sign /= *(*float32)(scale.Base)
 	}
 	stepCPU(&h, groups)
 	return nil

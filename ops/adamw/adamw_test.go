@@ -331,3 +331,54 @@ func TestDeviceMemoryChecked(t *testing.T) {
 	require.Contains(t, err.Error(), "exp_avg_sqs[4] data is not memory of the test device")
 	require.Equal(t, before, s.bytes())
 }
+
+// With a grad scale, gradients scaled by it step as the unscaled ones do
+// (a power of two: exactly); a nonzero found_inf skips the step, writing
+// nothing; bad scaling tensors are refused with nothing written.
+func TestScaledStep(t *testing.T) {
+	cfg := Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 3}
+	tu.ForEachBackend(t, func(t *testing.T) {
+		for _, dt := range tu.DTypes {
+			plain, scaled := newSet(t, dt, sizes, false), newSet(t, dt, sizes, false)
+			rng := tu.RNG(t)
+			for i := range plain.p {
+				scaled.p[i].Set(plain.p[i].Values())
+				gv := plain.g[i].Rand(rng, 1)
+				for j := range gv {
+					gv[j] *= 1024
+				}
+				scaled.g[i].Set(gv)
+			}
+			scale := tu.New(core.F32, []int64{1}).Set([]float64{1024})
+			zero := tu.New(core.F32, []int64{1}).Set([]float64{0})
+			require.NoError(t, Step(&cfg, plain.lists(), nil))
+			require.NoError(t, StepScaled(&cfg, scaled.lists(), Scaling{GradScale: scale.Ptr(), FoundInf: zero.Ptr()}, nil))
+			for i := range plain.p {
+				require.Equal(t, plain.p[i].Bytes(), scaled.p[i].Bytes(), "%s params[%d]", dt, i)
+				require.Equal(t, plain.m[i].Bytes(), scaled.m[i].Bytes(), "%s exp_avgs[%d]", dt, i)
+			}
+			inf := tu.New(core.F32, []int64{1}).Set([]float64{1})
+			before := scaled.bytes()
+			require.NoError(t, StepScaled(&cfg, scaled.lists(), Scaling{GradScale: scale.Ptr(), FoundInf: inf.Ptr()}, nil))
+			require.Equal(t, before, scaled.bytes(), "%s: found_inf set, but something was written", dt)
+			for name, bad := range map[string]Scaling{
+				"float16 scale":     {GradScale: tu.New(core.F16, []int64{1}).Ptr()},
+				"two-element found": {FoundInf: tu.New(core.F32, []int64{2}).Ptr()},
+				"scale on the CPU":  {GradScale: cpuScalar()},
+			} {
+				if name == "scale on the CPU" && !tu.OnCUDA() {
+					continue // CPU tensors are the call's device there
+				}
+				err := StepScaled(&cfg, scaled.lists(), bad, nil)
+				require.Error(t, err, name)
+				require.Equal(t, before, scaled.bytes(), name)
+			}
+		}
+	})
+}
+
+func cpuScalar() *core.Tensor {
+	one := int64(1)
+	v := []float32{1}
+	return &core.Tensor{Data: unsafe.Pointer(&v[0]), DeviceType: core.DeviceCPU, NDim: 1, Code: 2, Bits: 32, Lanes: 1, Shape: &one}
+}

@@ -7,6 +7,7 @@ import (
 
 	"metalcore/encoder/cpu/simd"
 	"metalcore/encoder/cuda"
+	"metalcore/internal/core"
 )
 
 //go:embed adamw.cu
@@ -15,17 +16,22 @@ var kernels string
 func init() { cuda.Register(kernels) }
 
 // The batch layout of adamw.cu: five pointer arrays, sizes, block prefix,
-// count, then eight float32 scalars in four 8-byte words.
+// count, the grad scale and found-inf pointers, then eight float32 scalars
+// in four 8-byte words.
 const (
 	batchMax    = 512
 	chunkElems  = 4096
 	scalarWords = 4
-	batchWords  = 6*batchMax + batchMax + 1 + 1 + scalarWords
+	countWord   = 7*batchMax + 1
+	scaleWord   = countWord + 1
+	foundWord   = countWord + 2
+	firstScalar = countWord + 3
+	batchWords  = firstScalar + scalarWords
 )
 
 // stepCUDA launches adamw_step once per batch of up to batchMax tensors, on
 // the caller's stream; the tensor list travels in the kernel parameter.
-func stepCUDA(h *simd.AdamW, groups []group, dev int, enc unsafe.Pointer) error {
+func stepCUDA(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, enc unsafe.Pointer) error {
 	var words [batchWords]uint64
 	for start := 0; start < len(groups); start += batchMax {
 		batch := groups[start:min(start+batchMax, len(groups))]
@@ -42,10 +48,11 @@ func stepCUDA(h *simd.AdamW, groups []group, dev int, enc unsafe.Pointer) error 
 			blocks += int64((g.n + chunkElems - 1) / chunkElems)
 		}
 		words[6*batchMax+len(batch)] = uint64(blocks)
-		words[7*batchMax+1] = uint64(len(batch))
+		words[countWord] = uint64(len(batch))
+		words[scaleWord], words[foundWord] = cuda.View(scale), cuda.View(inf)
 		scalars := [2 * scalarWords]float32{h.Sign, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.StepSize, h.BC2Sqrt, h.Eps}
 		for i := range scalarWords {
-			words[7*batchMax+2+i] = uint64(math.Float32bits(scalars[2*i])) | uint64(math.Float32bits(scalars[2*i+1]))<<32
+			words[firstScalar+i] = uint64(math.Float32bits(scalars[2*i])) | uint64(math.Float32bits(scalars[2*i+1]))<<32
 		}
 		if err := cuda.LaunchStruct(dev, enc, cuda.Kernel("adamw_step", batch[0].dt), int(blocks), 256, words[:]); err != nil {
 			return cuda.Backend(err)

@@ -34,7 +34,7 @@ static int failures;
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
-    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa)
+    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -277,11 +277,14 @@ static void check_adamw(void) {
     tensor p[3], g[3], m[3], v[3];
     mc_tensor *pp[3], *gp[3], *mp[3], *vp[3];
     double* want[3];
+    void* start[3]; /* the params before the step */
     mc_adamw_config cfg = {1e-2, 0.9, 0.999, 1e-8, 0.1, 1, 0, 0};
     for (int i = 0; i < 3; i++) {
         p[i] = make(F32, 1, 0, sizes[i]), g[i] = make(F32, 1, 0, sizes[i]);
         m[i] = make(F32, 1, 0, sizes[i]), v[i] = make(F32, 1, 0, sizes[i]);
         fill(&p[i], 1), fill(&g[i], 1);
+        start[i] = malloc((size_t)(sizes[i] + 1) * 4);
+        memcpy(start[i], p[i].mem, (size_t)sizes[i] * 4);
         want[i] = malloc(sizeof(double) * (size_t)(sizes[i] + 1));
         for (int64_t j = 0; j < sizes[i]; j++) {
             set(&m[i], j, 0), set(&v[i], j, 0);
@@ -300,11 +303,28 @@ static void check_adamw(void) {
     mp[0] = &m[0].t, mp[1] = &m[1].t;
     CHECK(p_mc_adamw_step(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, NULL) == MC_OK, "adamw: %s",
           p_mc_last_error());
+    for (int i = 0; i < 3; i++) expect_close("adamw param", &p[i], want[i], F32, 1);
+    /* scaled: found_inf set writes nothing; gradients 8x with a scale of 8
+     * step as the first call's did from the same state */
+    tensor scale = make(F32, 1, 0, 1), inf = make(F32, 1, 0, 1);
+    set(&scale, 0, 8);
+    set(&inf, 0, 1);
+    memcpy(before, p[2].mem, (size_t)p[2].n * 4);
+    CHECK(p_mc_adamw_step_scaled(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, &scale.t, &inf.t, NULL) ==
+              MC_OK, "scaled adamw: %s", p_mc_last_error());
+    CHECK(!memcmp(before, p[2].mem, (size_t)p[2].n * 4), "found_inf set: the params changed");
+    set(&inf, 0, 0);
     for (int i = 0; i < 3; i++) {
-        expect_close("adamw param", &p[i], want[i], F32, 1);
-        free(want[i]), free(p[i].mem), free(g[i].mem), free(m[i].mem), free(v[i].mem);
+        memcpy(p[i].mem, start[i], (size_t)sizes[i] * 4);
+        for (int64_t j = 0; j < sizes[i]; j++) set(&g[i], j, 8 * get(&g[i], j)), set(&m[i], j, 0), set(&v[i], j, 0);
     }
-    free(before);
+    CHECK(p_mc_adamw_step_scaled(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, &scale.t, &inf.t, NULL) ==
+              MC_OK, "scaled adamw: %s", p_mc_last_error());
+    for (int i = 0; i < 3; i++) {
+        expect_close("scaled adamw param", &p[i], want[i], F32, 1);
+        free(want[i]), free(start[i]), free(p[i].mem), free(g[i].mem), free(m[i].mem), free(v[i].mem);
+    }
+    free(scale.mem), free(inf.mem), free(before);
 }
 
 /* QR of a 5x3 matrix: q r reproduces a, q's columns orthonormal. */

@@ -231,11 +231,12 @@ def _(a, mode):
 @torch.library.custom_op("metalcore::adamw_step",
                          mutates_args=("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
 def adamw_step(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
-               max_exp_avg_sqs: List[Tensor], lr: float, beta1: float, beta2: float, eps: float,
-               weight_decay: float, step: int, amsgrad: bool, maximize: bool) -> None:
+               max_exp_avg_sqs: List[Tensor], grad_scale: Optional[Tensor], found_inf: Optional[Tensor], lr: float,
+               beta1: float, beta2: float, eps: float, weight_decay: float, step: int, amsgrad: bool,
+               maximize: bool) -> None:
     from . import optim  # max_exp_avg_sqs: empty without amsgrad (no optional lists in a schema)
-    optim.adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, lr, beta1, beta2, eps,
-                       weight_decay, step, amsgrad, maximize)
+    optim.adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, grad_scale, found_inf, lr,
+                       beta1, beta2, eps, weight_decay, step, amsgrad, maximize)
 
 
 @adamw_step.register_fake

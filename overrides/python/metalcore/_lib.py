@@ -116,6 +116,7 @@ _SIGNATURES = {
     "mc_gelu_fwd": (_I32, [_T, _I32, _T, _P]), "mc_gelu_bwd": (_I32, [_T, _T, _I32, _T, _P]),
     "mc_silu_fwd": (_I32, [_T, _T, _P]), "mc_silu_bwd": (_I32, [_T, _T, _T, _P]),
     "mc_adamw_step": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _P]),
+    "mc_adamw_step_scaled": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _T, _T, _P]),
     "mc_qr_workspace_size": (_I32, [_T, _I32, ctypes.POINTER(_I64)]),
     "mc_qr": (_I32, [_T, _I32, _T, _T, _T, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),

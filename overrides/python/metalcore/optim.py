@@ -76,16 +76,25 @@ class AdamW(torch.optim.Optimizer):
                     self.state[p][k] = saved[k].to(device=p.device, dtype=torch.float32,
                                                    memory_format=torch.contiguous_format, copy=True)
 
+    # torch.amp.GradScaler hands grad_scale and found_inf to step() instead
+    # of unscaling the gradients itself, as with PyTorch's fused AdamW
+    _step_supports_amp_scaling = True
+
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, grad_scale=None, found_inf=None):
         """One step. The library's calls come first and all-or-nothing: a
         step the library refuses raises with nothing updated, step counts
-        included."""
+        included. grad_scale and found_inf (GradScaler's, one-element float32
+        tensors): the gradients are divided by grad_scale, and where found_inf
+        is nonzero nothing is stepped (the kernels read both on the device;
+        the step counts need found_inf's value on the host)."""
         from . import _overrides  # its fallback counts (imported after this module)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if found_inf is not None and float(found_inf) != 0:
+            return loss  # an inf or NaN gradient: no parameter, moment or step count changes
         work = []  # (group, library batches, params PyTorch's arithmetic steps)
         for group in self.param_groups:
             amsgrad = group["amsgrad"]
@@ -111,42 +120,47 @@ class AdamW(torch.optim.Optimizer):
             work.append((group, batches, rest))
         for group, batches, _ in work:
             for (device, step), items in batches.items():
-                self._library_step(group, step, items, device)
+                self._library_step(group, step, items, device, grad_scale, found_inf)
                 for tensors in items:
                     self.state[tensors[0]]["step"] += 1
         for group, _, rest in work:
             for step, tensors in rest:
-                _torch_step(group, step, *tensors)
+                _torch_step(group, step, *tensors, grad_scale=grad_scale)
                 self.state[tensors[0]]["step"] += 1
         return loss
 
-    def _library_step(self, group, step, items, device):
+    def _library_step(self, group, step, items, device, grad_scale, found_inf):
         cols = [list(c) for c in zip(*items)]
         beta1, beta2 = group["betas"]
-        args = (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, float(group["lr"]),
-                float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]), step,
-                bool(group["amsgrad"]), bool(group["maximize"]))
+        grad_scale, found_inf = (None if t is None else t.to(device=device, dtype=torch.float32).reshape(1)
+                                 for t in (grad_scale, found_inf))
+        args = (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, grad_scale, found_inf,
+                float(group["lr"]), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]),
+                step, bool(group["amsgrad"]), bool(group["maximize"]))
         if _ops.CUSTOM_OPS:
             torch.ops.metalcore.adamw_step(*args[:4], args[4] or [], *args[5:])
         else:
             adamw_kernel(*args)
 
 
-def adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step,
-                 amsgrad, maximize):
+def adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, lr, beta1, beta2,
+                 eps, weight_decay, step, amsgrad, maximize):
     """One library call stepping every tensor of the lists (all on one device)."""
     cfg = _Config(lr, beta1, beta2, eps, weight_decay, step, int(amsgrad), int(maximize))
     lists = [_pointers(c) for c in (params, grads, exp_avgs, exp_avg_sqs)]
     state_max = _pointers(max_exp_avg_sqs) if max_exp_avg_sqs is not None else None
-    _lib.check(_lib.lib.mc_adamw_step(ctypes.byref(cfg), ctypes.c_int64(len(params)), *lists, state_max,
-                                      _lib.encoder(params[0])))
+    _lib.check(_lib.lib.mc_adamw_step_scaled(ctypes.byref(cfg), ctypes.c_int64(len(params)), *lists, state_max,
+                                             _lib.describe(grad_scale), _lib.describe(found_inf),
+                                             _lib.encoder(params[0])))
 
 
-def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None):
+def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None, grad_scale=None):
     """torch.optim.AdamW's single-tensor step, in float32 for 16-bit params."""
     beta1, beta2 = group["betas"]
     lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
     g = grad.to(exp_avg.dtype)
+    if grad_scale is not None:
+        g = g / grad_scale.to(g.device)
     if group["maximize"]:
         g = -g
     work = p.to(exp_avg.dtype) if p.dtype in (torch.float16, torch.bfloat16) else p

@@ -29,7 +29,10 @@ def samples(device):
         (ops.softmax_backward, (x.clone(), y)), (ops.gelu_backward, (x.clone(), x, False)),
         (ops.silu_backward, (x.clone(), x)),
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
+        (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
+                          1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [],
+                          torch.full((1,), 4.0, device=device), torch.zeros(1, device=device),
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
     ]
 

@@ -259,3 +259,29 @@ def test_ddp_gloo_two_processes():
         a, b = torch.load(f"{out}.0"), torch.load(f"{out}.1")
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y)  # the ranks stepped the same averaged gradients
+
+
+def test_adamw_with_grad_scaling():
+    """GradScaler's protocol: step(grad_scale=, found_inf=) unscales inside
+    the step, and skips it (nothing changes, step counts included) when
+    found_inf is set; a tensor subclass on PyTorch's arithmetic too."""
+    assert metalcore.optim.AdamW._step_supports_amp_scaling
+    torch.manual_seed(0)
+    ours = [torch.randn(5, requires_grad=True), torch.randn(3).as_subclass(Wrapped).requires_grad_()]
+    ref = [t.detach().clone().as_subclass(torch.Tensor).requires_grad_() for t in ours]
+    opt, ref_opt = metalcore.optim.AdamW(ours, lr=1e-2), torch.optim.AdamW(ref, lr=1e-2)
+    scale = torch.tensor([512.0])
+    for step in range(4):
+        grads = [torch.randn_like(r) for r in ref]
+        for o, r, g in zip(ours, ref, grads):
+            o.grad, r.grad = g * 512, g.clone()
+        if step == 2:  # an overflow: skipped
+            before = [o.detach().clone() for o in ours]
+            opt.step(grad_scale=scale, found_inf=torch.tensor([1.0]))
+            assert all(torch.equal(a, b) for a, b in zip(before, ours))
+            assert int(opt.state[ours[0]]["step"]) == 2
+            continue
+        opt.step(grad_scale=scale, found_inf=torch.tensor([0.0]))
+        ref_opt.step()
+    for o, r in zip(ours, ref):
+        torch.testing.assert_close(o.detach().as_subclass(torch.Tensor), r.detach(), rtol=1e-5, atol=1e-6)
