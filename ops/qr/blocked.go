@@ -2,6 +2,7 @@ package qr
 
 import (
 	"metalcore/encoder/cpu"
+	"metalcore/encoder/cpu/simd"
 	"metalcore/internal/core"
 )
 
@@ -37,7 +38,7 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	a := sc.Buf(bufA, m*n)
 	copy(a, cpu.TensorSpan(av).At(b*m*n).Load(0, a))
 	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
-	pv := sc.Buf(bufPanelV, m*nb)
+	pv := sc.Buf(bufPanelV, m*nb+4) // padded: VtC and AddVW broadcast from it
 	w := sc.Buf(bufW, max(m, n))
 	tau := sc.Buf(bufTau, s.k)
 	panels := (s.k + nb - 1) / nb
@@ -117,41 +118,23 @@ func applyBlock(c []float32, ld, rows, c0, c1 int, vr, t []float32, jb int, tran
 	if c1 <= c0 {
 		return
 	}
-	nb := blockWidth
 	work := func(lo, hi int, sc *cpu.Scratch) {
 		k := cpu.K()
 		buf := sc.Buf(bufPanel, 2*jb*chunkCols)
+		// the products' vector kernels take whole tiles: widths of two
+		// vectors, jb a multiple of 4; the rest of a chunk goes by axpys
+		tile := 2 * max(k.Lanes, 1)
+		if jb%4 != 0 {
+			tile = chunkCols + 1
+		}
 		for x0 := c0 + lo; x0 < c0+hi; x0 += chunkCols {
 			cw := min(chunkCols, c0+hi-x0)
-			wv, wt := buf[:jb*cw], buf[jb*cw:2*jb*cw]
-			clear(wv)
-			for r := range rows {
-				row := c[r*ld+x0 : r*ld+x0+cw]
-				for p, s := range vr[r*jb : (r+1)*jb] {
-					if s != 0 {
-						k.Axpy(wv[p*cw:(p+1)*cw], row, s)
-					}
-				}
+			fast := cw / tile * tile
+			if fast > 0 {
+				applyTiles(k, c[x0:], ld, rows, fast, vr, t, jb, trans, buf)
 			}
-			clear(wt)
-			for p := range jb {
-				for q := range jb {
-					s := t[p*nb+q]
-					if trans {
-						s = t[q*nb+p]
-					}
-					if s != 0 {
-						k.Axpy(wt[p*cw:(p+1)*cw], wv[q*cw:(q+1)*cw], s)
-					}
-				}
-			}
-			for r := range rows {
-				row := c[r*ld+x0 : r*ld+x0+cw]
-				for p, s := range vr[r*jb : (r+1)*jb] {
-					if s != 0 {
-						k.Axpy(row, wt[p*cw:(p+1)*cw], -s)
-					}
-				}
+			if fast < cw {
+				applyAxpys(k, c[x0+fast:], ld, rows, cw-fast, vr, t, jb, trans, buf)
 			}
 		}
 	}
@@ -160,4 +143,56 @@ func applyBlock(c []float32, ld, rows, c0, c1 int, vr, t []float32, jb int, tran
 		return
 	}
 	work(0, c1-c0, sc)
+}
+
+// opT accumulates wt = -op(T) wv (cw-wide rows), the negation folded in so
+// that C += V wt.
+func opT(k *simd.Table, wt, wv, t []float32, jb, cw int, trans bool) {
+	nb := blockWidth
+	clear(wt)
+	for p := range jb {
+		for q := range jb {
+			s := t[p*nb+q]
+			if trans {
+				s = t[q*nb+p]
+			}
+			if s != 0 {
+				k.Axpy(wt[p*cw:(p+1)*cw], wv[q*cw:(q+1)*cw], -s)
+			}
+		}
+	}
+}
+
+// applyTiles is applyBlock's work on cw columns of c with the vector
+// kernels (cw a whole number of their tiles).
+func applyTiles(k *simd.Table, c []float32, ld, rows, cw int, vr, t []float32, jb int, trans bool, buf []float32) {
+	wv, wt := buf[:jb*cw], buf[jb*cw:2*jb*cw]
+	vp := vr[:len(vr)+3] // the padding the kernels' broadcasts read past the last entry
+	k.VtC(wv, vp, jb, c, ld, rows, cw)
+	opT(k, wt, wv, t, jb, cw, trans)
+	k.AddVW(c, ld, rows, cw, vp, jb, wt)
+}
+
+// applyAxpys is applyBlock's work on cw columns of c, an axpy per reflector
+// entry.
+func applyAxpys(k *simd.Table, c []float32, ld, rows, cw int, vr, t []float32, jb int, trans bool, buf []float32) {
+	wv, wt := buf[:jb*cw], buf[jb*cw:2*jb*cw]
+	clear(wv)
+	for r := range rows {
+		row := c[r*ld : r*ld+cw]
+		for p, s := range vr[r*jb : (r+1)*jb] {
+			if s != 0 {
+				k.Axpy(wv[p*cw:(p+1)*cw], row, s)
+			}
+		}
+	}
+	opT(k, wt, wv, t, jb, cw, trans)
+	for r := range rows {
+		row := c[r*ld : r*ld+cw]
+		for p, s := range vr[r*jb : (r+1)*jb] {
+			if s != 0 {
+				k.Axpy(row, wt[p*cw:(p+1)*cw], s)
+			}
+		}
+	}
 }

@@ -107,6 +107,27 @@ var Portable = Table{
 		}
 	},
 	AdamW:        adamW,
+	VtC: func(w, v []float32, jb int, c []float32, ld, rows, cw int) {
+		clear(w[:jb*cw])
+		for r := range rows {
+			row := c[r*ld : r*ld+cw]
+			for p, s := range v[r*jb : (r+1)*jb] {
+				for x, cx := range row {
+					w[p*cw+x] += s * cx
+				}
+			}
+		}
+	},
+	AddVW: func(c []float32, ld, rows, cw int, v []float32, jb int, w []float32) {
+		for r := range rows {
+			row := c[r*ld : r*ld+cw]
+			for p, s := range v[r*jb : (r+1)*jb] {
+				for x := range row {
+					row[x] += s * w[p*cw+x]
+				}
+			}
+		}
+	},
 	Reflect:      reflect,
 	GeluErf:      unary(GeluErf32),
 	GeluTanh:     unary(GeluTanh32),

@@ -70,4 +70,6 @@ func recip(q vf) vf { return newton(q, newton(q, q.Reciprocal())) }
 
 // broadcastAt is s[i] in every lane, loaded as part of a 4-lane vector so
 // that no scalar float instruction runs (s needs 3 elements after i).
-func broadcastAt(s []float32, i int) vf { return archsimd.LoadFloat32x4Slice(s[i:]).Broadcast1To8() }
+func broadcastAt(s []float32, i int) vf {
+	return archsimd.LoadFloat32x4((*[4]float32)(s[i : i+4])).Broadcast1To8()
+}

@@ -43,6 +43,8 @@ var Table = simd.Table{
 	Axpy:         axpy,
 	AdamW:        adamW,
 	Reflect:      reflect,
+	VtC:          vtc,
+	AddVW:        addVW,
 	Lanes:        W,
 	QRLanes:      qrLanes,
 	GeluErf:      geluErf,
@@ -803,6 +805,82 @@ func axpy(dst, x []float32, s float32) {
 	}
 	if n < len(dst) {
 		storePart(loadPart(x[n:]).MulAdd(sv, loadPart(dst[n:])), dst[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vtc is simd.Table.VtC on tiles of 4 rows of w by 2 vectors: per row of
+// C, two loads and four broadcasts feed eight FMAs (an axpy per reflector
+// entry fed one FMA from two loads and a store).
+func vtc(w, v []float32, jb int, c []float32, ld, rows, cw int) {
+	for p := 0; p < jb; p += 4 {
+		for x := 0; x < cw; x += 2 * W {
+			a0, a1, b0, b1 := zero(), zero(), zero(), zero()
+			c0, c1, d0, d1 := zero(), zero(), zero(), zero()
+			for r := range rows {
+				x0, x1 := load(c, r*ld+x), load(c, r*ld+x+W)
+				vp := r*jb + p
+				va, vb, vc, vd := broadcastAt(v, vp), broadcastAt(v, vp+1), broadcastAt(v, vp+2), broadcastAt(v, vp+3)
+				a0, a1 = x0.MulAdd(va, a0), x1.MulAdd(va, a1)
+				b0, b1 = x0.MulAdd(vb, b0), x1.MulAdd(vb, b1)
+				c0, c1 = x0.MulAdd(vc, c0), x1.MulAdd(vc, c1)
+				d0, d1 = x0.MulAdd(vd, d0), x1.MulAdd(vd, d1)
+			}
+			o := p*cw + x
+			store(a0, w, o)
+			store(a1, w, o+W)
+			store(b0, w, o+cw)
+			store(b1, w, o+cw+W)
+			store(c0, w, o+2*cw)
+			store(c1, w, o+2*cw+W)
+			store(d0, w, o+3*cw)
+			store(d1, w, o+3*cw+W)
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// addVW is simd.Table.AddVW on tiles of 4 rows of C by 2 vectors, kept in
+// registers over all of w's rows; the last rows % 4 one at a time.
+func addVW(c []float32, ld, rows, cw int, v []float32, jb int, w []float32) {
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		for x := 0; x < cw; x += 2 * W {
+			i0, i1, i2, i3 := r*ld+x, (r+1)*ld+x, (r+2)*ld+x, (r+3)*ld+x
+			a0, a1 := load(c, i0), load(c, i0+W)
+			b0, b1 := load(c, i1), load(c, i1+W)
+			c0, c1 := load(c, i2), load(c, i2+W)
+			d0, d1 := load(c, i3), load(c, i3+W)
+			for p := range jb {
+				w0, w1 := load(w, p*cw+x), load(w, p*cw+x+W)
+				vp := r*jb + p
+				va, vb, vc, vd := broadcastAt(v, vp), broadcastAt(v, vp+jb), broadcastAt(v, vp+2*jb), broadcastAt(v, vp+3*jb)
+				a0, a1 = w0.MulAdd(va, a0), w1.MulAdd(va, a1)
+				b0, b1 = w0.MulAdd(vb, b0), w1.MulAdd(vb, b1)
+				c0, c1 = w0.MulAdd(vc, c0), w1.MulAdd(vc, c1)
+				d0, d1 = w0.MulAdd(vd, d0), w1.MulAdd(vd, d1)
+			}
+			store(a0, c, i0)
+			store(a1, c, i0+W)
+			store(b0, c, i1)
+			store(b1, c, i1+W)
+			store(c0, c, i2)
+			store(c1, c, i2+W)
+			store(d0, c, i3)
+			store(d1, c, i3+W)
+		}
+	}
+	for ; r < rows; r++ {
+		for x := 0; x < cw; x += 2 * W {
+			i := r*ld + x
+			a0, a1 := load(c, i), load(c, i+W)
+			for p := range jb {
+				va := broadcastAt(v, r*jb+p)
+				a0, a1 = load(w, p*cw+x).MulAdd(va, a0), load(w, p*cw+x+W).MulAdd(va, a1)
+			}
+			store(a0, c, i)
+			store(a1, c, i+W)
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 }

@@ -82,4 +82,6 @@ func recip(q vf) vf { return newton(q, q.Reciprocal()) }
 
 // broadcastAt is s[i] in every lane, loaded as part of a 4-lane vector so
 // that no scalar float instruction runs (s needs 3 elements after i).
-func broadcastAt(s []float32, i int) vf { return archsimd.LoadFloat32x4Slice(s[i:]).Broadcast1To16() }
+func broadcastAt(s []float32, i int) vf {
+	return archsimd.LoadFloat32x4((*[4]float32)(s[i : i+4])).Broadcast1To16()
+}
