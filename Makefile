@@ -204,7 +204,7 @@ bench: $(LIB)
 
 # What a GPU machine without Go needs to run tests/gpu/run.sh and
 # bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.
-GPU_PKGS := encoder/cuda ops ops/norm ops/softmax ops/activation ops/adamw ops/qr
+GPU_PKGS = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./encoder/cuda ./ops/... | sed 's|^metalcore/||')
 gpu-binaries: $(LIB) build/abi_test
 	@mkdir -p build/gpu
 	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done

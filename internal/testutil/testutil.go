@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -320,16 +321,45 @@ func ForEachISA(t *testing.T, f func(t *testing.T)) {
 
 // ForEachBackend is ForEachISA plus, where a GPU is present, a "cuda" run
 // with every tensor New makes on CUDA device 0: one suite for every backend.
-// Without a GPU it logs why the CUDA run is skipped.
+// Without a GPU it logs why the CUDA run is skipped, unless
+// MC_REQUIRE_BACKENDS (a comma-separated list: cpu, cuda) names it: then a
+// missing backend, or one whose kernels do not compile and load, fails.
 func ForEachBackend(t *testing.T, f func(t *testing.T)) {
 	ForEachISA(t, f)
+	required, err := requiredBackends(os.Getenv("MC_REQUIRE_BACKENDS"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n, err := cuda.Devices(); err != nil || n == 0 {
+		if required["cuda"] {
+			t.Fatalf("MC_REQUIRE_BACKENDS names cuda, but there is no CUDA device: %v", err)
+		}
 		t.Logf("no CUDA run: %v", err)
 		return
+	}
+	if required["cuda"] {
+		if err := cuda.Prepare(0); err != nil {
+			t.Fatalf("MC_REQUIRE_BACKENDS names cuda, but its kernels do not load: %v", err)
+		}
 	}
 	onCUDA = true
 	defer func() { onCUDA = false }()
 	t.Run("cuda", f)
+}
+
+// requiredBackends parses MC_REQUIRE_BACKENDS.
+func requiredBackends(list string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "":
+		case "cpu", "cuda":
+			out[name] = true
+		default:
+			return nil, fmt.Errorf("MC_REQUIRE_BACKENDS: unknown backend %q (known: cpu, cuda)", name)
+		}
+	}
+	return out, nil
 }
 
 // Rows splits row-major values into rows of width cols.
