@@ -207,7 +207,7 @@ bench: $(LIB)
 GPU_PKGS = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./encoder/cuda ./ops/... | sed 's|^metalcore/||')
 gpu-binaries: $(LIB) build/abi_test
 	@mkdir -p build/gpu
-	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done
+	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -ldflags=-s -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done
 
 # capi/default.pgo: a CPU profile of the benchmark, which go build uses for
 # profile-guided optimization (it inlines the vector math helpers, e.g. exp,

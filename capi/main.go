@@ -15,6 +15,7 @@ void mc_set_error(const char* msg, size_t n);
 import "C"
 
 import (
+	"fmt"
 	"runtime/debug"
 	"sync"
 	"unsafe"
@@ -25,6 +26,11 @@ import (
 )
 
 func main() {}
+
+// the CUDA backend's cache keys carry the library's version
+func init() {
+	cuda.LibraryVersion = fmt.Sprintf("%d.%d.%d", C.MC_VERSION_MAJOR, C.MC_VERSION_MINOR, C.MC_VERSION_PATCH)
+}
 
 // tensor reinterprets a host descriptor; core.Tensor has mc_tensor's layout
 // (checked by a test).

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"metalcore/internal/core"
+	"metalcore/internal/diskcache"
 )
 
 func init() { core.RegisterBackend(core.DeviceCUDA, Available, CheckPointer) }
@@ -29,12 +30,15 @@ var (
 	devices = map[int]*device{}
 )
 
-// device is one GPU's loaded kernels.
+// device is one GPU and the kernels loaded on it so far.
 type device struct {
-	ctx   context
-	funcs map[string]function // read without the lock once loaded is set
-	sms   int
-	ready atomic.Bool // funcs is complete
+	ctx context
+	sms int
+	// funcs maps a loaded kernel's name to it; the map is replaced, never
+	// changed, so calls read it without a lock
+	funcs   atomic.Pointer[map[string]function]
+	loading sync.Mutex // held while kernels are compiled and loaded
+	images  []ImageInfo
 	// resident caches Resident's answers by residentKey
 	resident sync.Map
 }
@@ -94,64 +98,82 @@ func getDevice(dev int) (*device, error) {
 		if d.ctx, err = retainPrimary(dev); err != nil {
 			return nil, err
 		}
+		d.funcs.Store(&map[string]function{})
 		devices[dev] = d
 	}
 	return d, nil
 }
 
-// Prepare compiles and loads every kernel for dev now, so that no later call
-// compiles or loads a module (required before CUDA graph capture).
+// Prepare compiles (NVRTC programs in parallel) and loads every kernel for
+// dev now, so that no later call compiles or loads a module (required
+// before CUDA graph capture).
 func Prepare(dev int) error {
 	d, err := getDevice(dev)
 	if err != nil {
 		return err
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if d.ready.Load() {
+	return d.load(dev, allKernels())
+}
+
+// load compiles, or takes from the disk cache, the images of the kernels
+// in names not loaded yet, and loads them.
+func (d *device) load(dev int, names []string) error {
+	d.loading.Lock()
+	defer d.loading.Unlock()
+	loaded := *d.funcs.Load()
+	var missing []string
+	for _, n := range names {
+		if _, ok := loaded[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
 		return nil
+	}
+	major, minor, err := computeCapability(dev)
+	if err != nil {
+		return err
+	}
+	driver, nvrtc := versions()
+	t := target{fmt.Sprintf("sm_%d%d", major, minor), fmt.Sprintf("compute_%d%d", major, minor), nvrtc, driver}
+	images, infos, err := buildImages(diskcache.Open(diskcache.Dir()), nvrtcCompile, t, missing)
+	if err != nil {
+		return err
 	}
 	leave, err := d.ctx.enter(dev)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	major, minor, err := computeCapability(dev)
-	if err != nil {
-		return err
+	next := make(map[string]function, len(loaded)+len(missing))
+	for n, f := range loaded {
+		next[n] = f
 	}
-	src := prelude + "\n" + strings.Join(sources, "\n")
-	m, err := compileAndLoad(src, major, minor)
-	if err != nil {
-		return err
-	}
-	d.funcs = map[string]function{}
-	for _, name := range kernelNames(src) {
-		f, err := m.function(name)
+	for i, name := range missing {
+		m, err := load(images[i])
 		if err != nil {
+			return fmt.Errorf("kernel %s (%s): %w", name, infos[i].Format, err)
+		}
+		if next[name], err = m.function(name); err != nil {
 			return err
 		}
-		d.funcs[name] = f
+		debugf("CUDA device %d: %s", dev, infos[i])
 	}
-	d.ready.Store(true)
+	d.images = append(d.images, infos...)
+	d.funcs.Store(&next)
 	return nil
 }
 
-// kernelNames lists NAME_f32/_f16/_bf16 for every line-starting
-// MC_INSTANTIATE(NAME, ...) or MC_INSTANTIATE_BOUNDS(NAME, ...) of src, and
-// NAME for every line-starting MC_KERNEL void NAME(...) (a kernel of one
-// type).
-func kernelNames(src string) []string {
-	var names []string
-	for _, part := range strings.Split(src, "\nMC_INSTANTIATE")[1:] {
-		part = strings.TrimPrefix(strings.TrimPrefix(part, "_BOUNDS"), "(")
-		name := part[:strings.IndexByte(part, ',')]
-		names = append(names, name+"_f32", name+"_f16", name+"_bf16")
+// Images describes the kernel images loaded on dev so far, in load order:
+// which kernels, cubin or PTX, compiled or from the disk cache.
+func Images(dev int) ([]ImageInfo, error) {
+	d, err := getDevice(dev)
+	if err != nil {
+		return nil, err
 	}
-	for _, part := range strings.Split(src, "\nMC_KERNEL void ")[1:] {
-		names = append(names, part[:strings.IndexByte(part, '(')])
-	}
-	return names
+	d.loading.Lock()
+	defer d.loading.Unlock()
+	return append([]ImageInfo(nil), d.images...), nil
 }
 
 // SMs is dev's multiprocessor count.
@@ -165,7 +187,7 @@ func SMs(dev int) (int, error) {
 
 // Resident is how many blocks of kernel name, `threads` threads each
 // (without dynamic shared memory), one multiprocessor of dev holds at once.
-// Like Launch, it loads the kernels first unless stream is being captured.
+// Like Launch, it loads the kernel first unless stream is being captured.
 func Resident(dev int, stream unsafe.Pointer, name string, threads int) (int, error) {
 	d, f, err := kernel(dev, stream, name)
 	if err != nil {
@@ -215,7 +237,8 @@ func CheckPointer(p unsafe.Pointer, dev int) error {
 // Launch runs kernel name on dev's stream (NULL: the legacy default stream)
 // with grid blocks of block threads (fewer where the kernel's registers
 // allow fewer: every kernel works with any whole number of warps); args are
-// 8-byte slots made by Ptr, I64, I32 and F32. It never synchronizes. Kernels not yet loaded are loaded
+// 8-byte slots made by Ptr, I64, I32 and F32. It never synchronizes. A kernel
+// not yet loaded is compiled (or taken from the disk cache) and loaded
 // first, unless the stream is being captured into a graph.
 func Launch(dev int, stream unsafe.Pointer, name string, grid, block int, args ...uint64) error {
 	return launchParams(dev, stream, name, grid, block, 0, args, len(args), false)
@@ -274,41 +297,42 @@ func (f function) takes(name string, args []uint64, nparams int) error {
 	return nil
 }
 
-// kernel is dev and its kernel name, the kernels loaded first unless stream
-// is being captured.
+// kernel is dev and its kernel name, compiled and loaded first unless
+// stream is being captured.
 func kernel(dev int, stream unsafe.Pointer, name string) (*device, function, error) {
 	d, err := getDevice(dev)
 	if err != nil {
 		return nil, function{}, err
 	}
-	if !d.ready.Load() {
-		if err := prepareOutsideCapture(d, dev, stream); err != nil {
-			return nil, function{}, err
-		}
+	if f, ok := (*d.funcs.Load())[name]; ok {
+		return d, f, nil
 	}
-	f, ok := d.funcs[name]
-	if !ok {
-		return nil, function{}, fmt.Errorf("no kernel %s", strings.Clone(name)) // a copy: name itself stays on the caller's stack
+	if err := d.loadOutsideCapture(dev, stream, name); err != nil {
+		return nil, function{}, err
 	}
-	return d, f, nil
+	return d, (*d.funcs.Load())[name], nil
 }
 
-// prepareOutsideCapture loads the kernels, unless stream is being captured
-// into a graph (loading a module there would break the capture).
-func prepareOutsideCapture(d *device, dev int, stream unsafe.Pointer) error {
+// loadOutsideCapture loads kernel name, unless stream is being captured
+// into a graph (compiling or loading a module there would break the
+// capture).
+func (d *device) loadOutsideCapture(dev int, stream unsafe.Pointer, name string) error {
+	if _, ok := kernelSources()[name]; !ok {
+		return fmt.Errorf("no kernel %s", strings.Clone(name)) // a copy: name itself stays on the caller's stack
+	}
 	leave, err := d.ctx.enter(dev)
 	if err != nil {
 		return err
 	}
-	defer leave()
 	capturing, err := isCapturing(stream)
+	leave()
 	if err != nil {
 		return err
 	}
 	if capturing {
-		return fmt.Errorf("the kernels are not loaded and the stream is being captured: call mc_cuda_prepare(%d) before capture", dev)
+		return fmt.Errorf("kernel %s is not loaded and the stream is being captured: call mc_cuda_prepare(%d) before capture", strings.Clone(name), dev)
 	}
-	return Prepare(dev)
+	return d.load(dev, []string{strings.Clone(name)})
 }
 
 // LaunchStruct is Launch for a kernel whose one parameter is a struct of

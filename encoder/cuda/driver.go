@@ -32,6 +32,7 @@ typedef void* nvrtcProgram;
 // to build or load the library. Go cannot call C function pointers, so each
 // has a small trampoline below.
 static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDriverGetVersion)(int*);
 static CUresult (*p_cuDeviceGetCount)(int*);
 static CUresult (*p_cuDeviceGet)(CUdevice*, int);
 static CUresult (*p_cuDeviceGetAttribute)(int*, int, CUdevice);
@@ -97,6 +98,7 @@ static const char* mc_cuda_open(const char* cuda_path, const char* nvrtc_path) {
         return mc_cuda_why;
     }
     SYM(libcuda, p_cuInit, "cuInit");
+    SYM(libcuda, p_cuDriverGetVersion, "cuDriverGetVersion");
     SYM(libcuda, p_cuDeviceGetCount, "cuDeviceGetCount");
     SYM(libcuda, p_cuDeviceGet, "cuDeviceGet");
     SYM(libcuda, p_cuDeviceGetAttribute, "cuDeviceGetAttribute");
@@ -198,37 +200,34 @@ static CUresult mc_is_capturing(uintptr_t stream, int* capturing) {
     return p_cuStreamIsCapturing((CUstream)stream, capturing);
 }
 
-// mc_compile compiles src for sm_major.minor; on success *image (malloc'd)
-// holds a cubin, or PTX when this NVRTC does not know the architecture.
-static int mc_compile(const char* src, int major, int minor, char** image, char** log) {
+// mc_versions: the driver's CUDA version (e.g. 13000) and NVRTC's.
+static void mc_versions(int* driver, int* nvrtc_major, int* nvrtc_minor) {
+    *driver = *nvrtc_major = *nvrtc_minor = 0;
+    p_cuDriverGetVersion(driver);
+    p_nvrtcVersion(nvrtc_major, nvrtc_minor);
+}
+
+// mc_compile compiles src with NVRTC's options opts; on success *image
+// (malloc'd, *size bytes) is the cubin (cubin != 0) or the PTX, on failure
+// *log (malloc'd) is NVRTC's log. Distinct programs may compile at once on
+// several threads.
+static int mc_compile(const char* src, const char* const* opts, int nopts, int cubin, char** image, size_t* size,
+                      char** log) {
     nvrtcProgram prog;
-    *image = 0;
-    *log = 0;
+    *image = *log = 0;
+    *size = 0;
     if (p_nvrtcCreateProgram(&prog, src, "metalcore.cu", 0, 0, 0)) return -1;
-    char arch[64];
-    int res = 1;
-    for (int attempt = 0; attempt < 2 && res; attempt++) {
-        snprintf(arch, sizeof arch, "--gpu-architecture=%s_%d%d", attempt ? "compute" : "sm", major, minor);
-        const char* opts[] = {arch, "--std=c++17", "-default-device"};
-        res = p_nvrtcCompileProgram(prog, 3, opts);
-        if (res) {
-            size_t n = 0;
-            p_nvrtcGetProgramLogSize(prog, &n);
-            free(*log);
-            *log = malloc(n + 1);
-            p_nvrtcGetProgramLog(prog, *log);
-            (*log)[n] = 0;
-        } else if (attempt == 0) {
-            size_t n = 0;
-            p_nvrtcGetCUBINSize(prog, &n);
-            *image = malloc(n);
-            p_nvrtcGetCUBIN(prog, *image);
-        } else {
-            size_t n = 0;
-            p_nvrtcGetPTXSize(prog, &n);
-            *image = malloc(n);
-            p_nvrtcGetPTX(prog, *image);
-        }
+    int res = p_nvrtcCompileProgram(prog, nopts, opts);
+    if (res) {
+        size_t n = 0;
+        p_nvrtcGetProgramLogSize(prog, &n);
+        *log = malloc(n + 1);
+        p_nvrtcGetProgramLog(prog, *log);
+        (*log)[n] = 0;
+    } else {
+        (cubin ? p_nvrtcGetCUBINSize : p_nvrtcGetPTXSize)(prog, size);
+        *image = malloc(*size);
+        (cubin ? p_nvrtcGetCUBIN : p_nvrtcGetPTX)(prog, *image);
     }
     p_nvrtcDestroyProgram(&prog);
     return res;
@@ -309,6 +308,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -396,20 +396,43 @@ type function struct {
 	params, paramLargest int
 }
 
-// compileAndLoad compiles src with NVRTC for sm_major.minor and loads it
-// into the current context.
-func compileAndLoad(src string, major, minor int) (module, error) {
+// versions are the driver's CUDA version and NVRTC's, as strings for
+// cache keys and messages.
+func versions() (driver, nvrtc string) {
+	var d, major, minor C.int
+	C.mc_versions(&d, &major, &minor)
+	return fmt.Sprint(int(d)), fmt.Sprintf("%d.%d", int(major), int(minor))
+}
+
+// nvrtcCompile compiles src with opts: a cubin when cubin is set (the
+// options name an sm_XY architecture), else PTX.
+func nvrtcCompile(src string, opts []string, cubin bool) ([]byte, error) {
 	cs := C.CString(src)
 	defer C.free(unsafe.Pointer(cs))
+	copts := make([]*C.char, len(opts))
+	for i, o := range opts {
+		copts[i] = C.CString(o)
+		defer C.free(unsafe.Pointer(copts[i]))
+	}
+	want := C.int(0)
+	if cubin {
+		want = 1
+	}
 	var image, log *C.char
-	res := C.mc_compile(cs, C.int(major), C.int(minor), &image, &log)
+	var size C.size_t
+	res := C.mc_compile(cs, (**C.char)(unsafe.Pointer(&copts[0])), C.int(len(opts)), want, &image, &size, &log)
 	defer C.free(unsafe.Pointer(log))
 	defer C.free(unsafe.Pointer(image))
-	var m module
 	if res != 0 {
-		return m, fmt.Errorf("NVRTC failed to compile the kernels for sm_%d%d: %s", major, minor, C.GoString(log))
+		return nil, fmt.Errorf("NVRTC (%s) failed: %s", strings.Join(opts, " "), C.GoString(log))
 	}
-	return m, check("cuModuleLoadData", C.mc_load(unsafe.Pointer(image), &m.m))
+	return C.GoBytes(unsafe.Pointer(image), C.int(size)), nil
+}
+
+// load loads a cubin or PTX image into the current context.
+func load(image []byte) (module, error) {
+	var m module
+	return m, check("cuModuleLoadData", C.mc_load(unsafe.Pointer(&image[0]), &m.m))
 }
 
 func (m module) function(name string) (function, error) {

@@ -241,11 +241,37 @@ template <class D, int C> struct Row {
     }
 };
 
+// Kernel selection. The library compiles each kernel as a program of its
+// own (the prelude, its family's source, and MC_SELECT with
+// MC_WANT_<kernel> defined as MC_PROBE()), so a first call compiles one
+// kernel, not its family. MC_IF(kernel)(text) keeps text only for the
+// selected kernel, or for every kernel where nothing is selected (the whole
+// source at once, as the clang check and bench/registers.py compile it).
+#define MC_PROBE() ~, 1
+#define MC_SECOND(a, b, ...) b
+#define MC_IS_PROBE(...) MC_SECOND(__VA_ARGS__, 0, 0)
+#define MC_CAT(a, b) MC_CAT_(a, b)
+#define MC_CAT_(a, b) a##b
+#ifdef MC_SELECT
+#define MC_WANTED(NAME) MC_IS_PROBE(MC_WANT_##NAME)
+#else
+#define MC_WANTED(NAME) 1
+#endif
+#define MC_IF_1(...) __VA_ARGS__
+#define MC_IF_0(...)
+#define MC_IF(NAME) MC_CAT(MC_IF_, MC_WANTED(NAME))
+
+// MC_ENTRY(NAME)(params) { body }: a kernel of one type. One not selected
+// becomes a template never instantiated: parsed, never compiled.
+#define MC_ENTRY(NAME) MC_CAT(MC_ENTRY_, MC_WANTED(NAME)) NAME
+#define MC_ENTRY_1 MC_KERNEL void
+#define MC_ENTRY_0 template <int mc_unselected> static __device__ void
+
 // One kernel per dtype: NAME_f32, NAME_f16, NAME_bf16, each calling
 // NAME<D>(args...). BOUNDS: nothing, or __launch_bounds__(threads, blocks)
 // where a kernel must keep to a register budget.
-#define MC_INSTANTIATE_BOUNDS(NAME, BOUNDS, PARAMS, ARGS)         \
-    MC_KERNEL void BOUNDS NAME##_f32 PARAMS { NAME<F32> ARGS; }   \
-    MC_KERNEL void BOUNDS NAME##_f16 PARAMS { NAME<F16> ARGS; }   \
-    MC_KERNEL void BOUNDS NAME##_bf16 PARAMS { NAME<BF16> ARGS; }
+#define MC_INSTANTIATE_BOUNDS(NAME, BOUNDS, PARAMS, ARGS)                          \
+    MC_IF(NAME##_f32)(MC_KERNEL void BOUNDS NAME##_f32 PARAMS { NAME<F32> ARGS; })    \
+    MC_IF(NAME##_f16)(MC_KERNEL void BOUNDS NAME##_f16 PARAMS { NAME<F16> ARGS; })    \
+    MC_IF(NAME##_bf16)(MC_KERNEL void BOUNDS NAME##_bf16 PARAMS { NAME<BF16> ARGS; })
 #define MC_INSTANTIATE(NAME, PARAMS, ARGS) MC_INSTANTIATE_BOUNDS(NAME, , PARAMS, ARGS)

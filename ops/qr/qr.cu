@@ -450,11 +450,11 @@ MC_DEVICE void qr_panel_impl(float* w, float* Tp, double* part, unsigned* counte
         Tg[e] = i < jb && j < jb && i <= j ? gram[i][j] : 0.f;
     }
 }
-MC_KERNEL void qr_panel(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
+MC_ENTRY(qr_panel)(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
                         int jb, int npanels, int groups) {
     qr_panel_impl<false>(w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
 }
-MC_KERNEL void qr_panel_reg(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n,
+MC_ENTRY(qr_panel_reg)(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n,
                             int k0, int jb, int npanels, int groups) {
     qr_panel_impl<true>(w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
 }
@@ -467,7 +467,7 @@ MC_DEVICE float qr_v(const float* A, int m, int c, int i) { return i < c ? 0.f :
 // the panel at k0. One block of 256 threads per (matrix, split, 128
 // columns), a thread 4 rows of Y by 4 columns; Y_s goes to Yp, QR_NB rows of
 // ldw floats per (matrix, split).
-MC_KERNEL void qr_vtw(const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
+MC_ENTRY(qr_vtw)(const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
                       int nct, int splits, int ldw) {
     MC_SHARED __align__(16) float Vs[32][36];  // rows of 36: 16-byte aligned groups of 4
     MC_SHARED float Cs[32][129];
@@ -516,7 +516,7 @@ MC_KERNEL void qr_vtw(const float* w, const float* C, float* Yp, int m, int n, m
 // qr_wsum: W = op(T) (sum over splits of Y_s), op(T) = T^T when trans (the
 // factorization applies H^T; forming q applies H). One block of 256
 // threads per 32 columns.
-MC_KERNEL void qr_wsum(const float* Yp, const float* Tp, float* W, int k0, int jb, int c0, int nct, int splits,
+MC_ENTRY(qr_wsum)(const float* Yp, const float* Tp, float* W, int k0, int jb, int c0, int nct, int splits,
                        int npanels, int ldw, int trans) {
     MC_SHARED float T[QR_NB][QR_NB + 1], Y[QR_NB][33];
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
@@ -549,7 +549,7 @@ MC_KERNEL void qr_wsum(const float* Yp, const float* Tp, float* W, int k0, int j
 
 // qr_update: C -= V W over rows k0 .. m-1 and columns c0 .. c0+nct-1; one
 // block of 256 threads per 64 x 64 tile, 4 x 4 values a thread.
-MC_KERNEL void qr_update(const float* w, const float* W, float* C, int m, int n, mc_i64 cstride, int k0, int jb,
+MC_ENTRY(qr_update)(const float* w, const float* W, float* C, int m, int n, mc_i64 cstride, int k0, int jb,
                          int c0, int nct, int ldw) {
     MC_SHARED float Vs[64][33], Ws[32][65];
     int tid = MC_TID, ri = tid & 15, ci = tid >> 4;

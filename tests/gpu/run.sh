@@ -14,5 +14,6 @@ for t in build/gpu/*.test; do
 done
 ./build/abi_test build/libmetalcore.so || status=1
 (cd tests/gpu && METALCORE_LIBRARY=../../build/libmetalcore.so python3 cuda_test.py) || status=1
+python3 tests/gpu/cold_test.py || status=1
 PYTHONPATH=overrides/python python3 -m pytest -q -p no:cacheprovider overrides/python/tests tests/gpu/test_hf_llama.py || status=1
 exit $status

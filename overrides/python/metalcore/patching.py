@@ -23,6 +23,11 @@ _RMS_FORM = [r"\.to\(torch\.float32\)", r"\.pow\(2\)\.mean\(-1,keepdim=True\)", 
              r"self\.weight\*\w+\.to\(\w+\)"]
 _NOT_RMS_FORM = [r"1(\.0)?\+self\.weight"]  # Gemma's (1 + weight) scaling
 
+# An activation module whose forward only returns silu of its input (transformers'
+# SiLUActivation, ACT2FN["silu"] since transformers 5), source without whitespace.
+_SILU_FORM = re.compile(r"defforward\(self,(\w+)[^)]*\)(->[\w.]+)?:(\"\"\".*?\"\"\")?"
+                        r"return(torch\.nn\.functional\.|nn\.functional\.|F\.|torch\.)silu\(\1\)")
+
 
 def _forward_source(module):
     try:
@@ -58,6 +63,11 @@ def _replacement(module):
         return None, f"a subclass of {type(module).__mro__[1].__name__}: its forward may differ"
     if type(module).__name__.endswith("RMSNorm"):
         return _rms_norm_form(module)
+    if "SiLU" in type(module).__name__:
+        if next(module.parameters(), None) is None and not list(module.children()) and \
+                _SILU_FORM.fullmatch(_forward_source(module)):
+            return nn.SiLU(), None
+        return None, "forward is not the recognised SiLU form (return silu(input))"
     return None, None
 
 

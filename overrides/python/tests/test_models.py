@@ -45,13 +45,20 @@ class GemmaRMSNorm(nn.Module):
         return output.type_as(x)
 
 
+class SiLUActivation(nn.Module):
+    """ACT2FN["silu"] in transformers 5 (nn.SiLU in transformers 4)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return nn.functional.silu(input)
+
+
 class LlamaMLP(nn.Module):
-    def __init__(self, hidden, intermediate):
+    def __init__(self, hidden, intermediate, act):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-        self.act_fn = nn.SiLU()  # ACT2FN["silu"]
+        self.act_fn = act  # ACT2FN["silu"]
 
     def forward(self, x):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
@@ -76,10 +83,10 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, hidden=64, heads=4, intermediate=128):
+    def __init__(self, act, hidden=64, heads=4, intermediate=128):
         super().__init__()
         self.self_attn = LlamaAttention(hidden, heads)
-        self.mlp = LlamaMLP(hidden, intermediate)
+        self.mlp = LlamaMLP(hidden, intermediate, act)
         self.input_layernorm = LlamaRMSNorm(hidden)
         self.post_attention_layernorm = LlamaRMSNorm(hidden)
 
@@ -90,7 +97,7 @@ class LlamaDecoderLayer(nn.Module):
 
 def test_patch_model_on_a_llama_block():
     torch.manual_seed(0)
-    model = nn.Sequential(LlamaDecoderLayer(), LlamaDecoderLayer(), GemmaRMSNorm(64))
+    model = nn.Sequential(LlamaDecoderLayer(SiLUActivation()), LlamaDecoderLayer(nn.SiLU()), GemmaRMSNorm(64))
     for p in model.parameters():
         p.data.normal_(0, 0.2)
     x = torch.randn(2, 10, 64, requires_grad=True)
@@ -118,6 +125,7 @@ def test_patch_model_on_a_llama_block():
 
     assert metalcore.unpatch_model(model) == 6
     assert type(model[0].input_layernorm) is LlamaRMSNorm and type(model[1].mlp.act_fn) is nn.SiLU
+    assert type(model[0].mlp.act_fn) is SiLUActivation
 
 
 def test_patch_model_swaps_pytorch_modules():
