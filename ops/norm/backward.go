@@ -3,9 +3,20 @@ package norm
 import (
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
+)
+
+// normBwd is a backward pass per device type: dx, and the per-column
+// gradients gs (dweight, and dbias for LayerNorm) through the workspace's
+// partials; mean is nil for RMSNorm.
+type normBwd func(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.View, enc unsafe.Pointer) error
+
+var (
+	rmsnormBwd   = core.NewDispatch[normBwd]("rmsnorm backward")
+	layernormBwd = core.NewDispatch[normBwd]("layernorm backward")
+	// normBwdPartials is the number of row blocks whose weight-gradient
+	// partials the workspace holds (see partialBlocks).
+	normBwdPartials = core.NewDispatch[func(x *core.View, perRow int, stream unsafe.Pointer) (int, error)]("norm backward workspace")
 )
 
 // maxPartials bounds the row blocks whose weight-gradient partials land in
@@ -15,28 +26,16 @@ import (
 const maxPartials = 32
 
 // partialBlocks is the number of row blocks (and partial rows) for x, for
-// `perRow` partial rows a block (1: RMSNorm, 2: LayerNorm). On the GPU: no
-// more than the multiprocessors hold at once (a second wave would leave them
-// half idle at its end, and doubles the partials), at most eight per
-// multiprocessor, fewer for wide rows so that the partials stay small
-// against the tensor (measured on an H100 for 4096x8192, whose 512-thread
-// blocks fit one a multiprocessor: one wave instead of two 1.04-1.13x
-// faster). The split depends on the shape and the device alone, so
+// `perRow` partial rows a block (1: RMSNorm, 2: LayerNorm), as x's device
+// splits the rows. The split depends on the shape and the device alone, so
 // dweight's summation order does too.
 // stream is the one the kernel will run on (nil for a size query).
 func partialBlocks(x *core.View, perRow int, stream unsafe.Pointer) (int, error) {
-	if x.DeviceType != core.DeviceCUDA {
-		return min(x.Rows, maxPartials), nil
-	}
-	dev := int(x.DeviceID)
-	sms, err := cuda.SMs(dev)
+	f, err := normBwdPartials.For(x.DeviceType)
 	if err != nil {
-		return 0, cuda.Backend(err)
+		return 0, err
 	}
-	wide := 16 * sms * 1024 / max(x.Cols, 1)
-	name, threads := bwdKernel(x, perRow)
-	wave, err := cuda.Wave(dev, stream, name, threads)
-	return min(x.Rows, wave, 8*sms, max(sms, wide)), cuda.Backend(err)
+	return f(x, perRow, stream)
 }
 
 // workspaceBytes is the workspace for `perRow` float32 partial rows of
@@ -125,36 +124,11 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 	b := newBwdCall(dy, x, weight, dx)
 	rv := b.stats("rstd", rstd)
 	gs, wsv := b.grads(workspace, enc, 1, []string{"dweight"}, dweight)
-	if err := b.Done(enc); err != nil || b.x.N == 0 {
+	f, err := core.Validated(&b.Call, enc, rmsnormBwd)
+	if err != nil || b.x.N == 0 {
 		return err
 	}
-	if b.x.DeviceType == core.DeviceCUDA {
-		return normBwdCUDA(b, nil, rv, gs, wsv, enc)
-	}
-	vs, release := cpu.CallScratch()
-	defer release()
-	cols, w, rs := b.x.Cols, cpu.Vector(b.w, vs, 0), rowStats(rv, b.x.Rows)
-	row := func(r int, partial []float32, s *cpu.Scratch) {
-		k, inv := cpu.K(), rs[r]
-		if dy16, x16, dx16, ok := b.bf16Rows(r); ok { // no float32 copies
-			_, dot := k.BF16Rows.GradDots(dy16, x16, w, 0)
-			c := dot * inv * inv / float32(cols)
-			if partial != nil {
-				k.BF16Rows.GradAcc(partial, nil, dy16, x16, 0, inv)
-			}
-			k.BF16Rows.NormGrad(dx16, dy16, x16, w, 0, c, 0, inv)
-			return
-		}
-		dys, xs := b.rows(r, s)
-		g, _, dot := weighted(dys, xs, w, 0, s)
-		c := dot * inv * inv / float32(cols)
-		if partial != nil {
-			k.FMAcc(partial, dys, xs, inv)
-		}
-		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xs, 0, c, 0, inv) })
-	}
-	reduceRows(b.x.Rows, cols, 1, wsv, gs, row)
-	return nil
+	return f(b, nil, rv, gs, wsv, enc)
 }
 
 // LayerNormBwd: with xhat = (x - mean) * rstd and g = dy * w,
@@ -165,111 +139,9 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 	mv := b.stats("mean", mean)
 	rv := b.stats("rstd", rstd)
 	gs, wsv := b.grads(workspace, enc, 2, []string{"dweight", "dbias"}, dweight, dbias)
-	if err := b.Done(enc); err != nil || b.x.N == 0 {
+	f, err := core.Validated(&b.Call, enc, layernormBwd)
+	if err != nil || b.x.N == 0 {
 		return err
 	}
-	if b.x.DeviceType == core.DeviceCUDA {
-		return normBwdCUDA(b, mv, rv, gs, wsv, enc)
-	}
-	vs, release := cpu.CallScratch()
-	defer release()
-	cols, w := b.x.Cols, cpu.Vector(b.w, vs, 0)
-	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
-	row := func(r int, partial []float32, s *cpu.Scratch) {
-		// xhat = (x - mu) * inv is never stored: each pass forms x - mu
-		k, mu, inv := cpu.K(), ms[r], rs[r]
-		if dy16, x16, dx16, ok := b.bf16Rows(r); ok { // no float32 copies
-			sumG, dotGX := k.BF16Rows.GradDots(dy16, x16, w, mu)
-			a, c := sumG/float32(cols), dotGX*inv/float32(cols)
-			if partial != nil {
-				k.BF16Rows.GradAcc(partial[:cols], partial[cols:], dy16, x16, mu, inv)
-			}
-			k.BF16Rows.NormGrad(dx16, dy16, x16, w, mu, c*inv, a, inv)
-			return
-		}
-		dys, xs := b.rows(r, s)
-		g, sumG, dotGX := weighted(dys, xs, w, mu, s)
-		a, c := sumG/float32(cols), dotGX*inv/float32(cols)
-		if partial != nil { // dweight's and dbias's
-			k.AccMulSum(partial[:cols], partial[cols:], dys, xs, mu, inv)
-		}
-		writeRow(cpu.RowSpan(b.dx, r), g, func(out []float32) { k.NormGrad(out, g, xs, mu, c*inv, a, inv) })
-	}
-	reduceRows(b.x.Rows, cols, 2, wsv, gs, row)
-	return nil
-}
-
-// bf16Rows is row r of dy, x and dx as bfloat16, for the passes that read
-// and write them as they are; ok is false for other dtypes.
-func (b *bwdCall) bf16Rows(r int) (dy, x, dx []uint16, ok bool) {
-	if b.x.DType != core.BF16 {
-		return nil, nil, nil, false
-	}
-	cols := b.x.Cols
-	return cpu.RowSpan(b.dy, r).U16(0, cols), cpu.RowSpan(b.x, r).U16(0, cols), cpu.RowSpan(b.dx, r).U16(0, cols), true
-}
-
-// rows loads row r of dy and x.
-func (b *bwdCall) rows(r int, s *cpu.Scratch) (dy, x []float32) {
-	cols := b.x.Cols
-	return cpu.RowSpan(b.dy, r).Load(0, s.Buf(bufDY, cols)), cpu.RowSpan(b.x, r).Load(0, s.Buf(bufX, cols))
-}
-
-// weighted is g = dy * w (dy itself without a weight) with the sum of g
-// and its dot product with v - shift, in one pass.
-func weighted(dy, v, w []float32, shift float32, s *cpu.Scratch) (g []float32, sum, dot float32) {
-	k := cpu.K()
-	if w == nil {
-		sum, dot = k.SumDot(dy, v, shift)
-		return dy, sum, dot
-	}
-	g = s.Buf(bufG, len(dy))
-	sum, dot = k.MulSumDot(g, dy, w, v, shift)
-	return g, sum, dot
-}
-
-// reduceRows runs row(r, partial, scratch) over all rows. Without requested
-// gradients partial is nil and rows are split freely; otherwise rows go in
-// fixed blocks, each accumulating perRow partial rows of width cols in the
-// workspace, which are then summed in block order into gs (nil entries
-// skipped).
-func reduceRows(rows, cols, perRow int, ws *core.View, gs []*core.View, row func(r int, partial []float32, s *cpu.Scratch)) {
-	if ws == nil {
-		cpu.Parallel(rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-			for r := lo; r < hi; r++ {
-				row(r, nil, s)
-			}
-		})
-		return
-	}
-	blocks, stride := min(rows, maxPartials), perRow*cols
-	partials := cpu.Float32s(ws.Base, blocks*stride)
-	cpu.Parallel(blocks, 1, func(lo, hi int, s *cpu.Scratch) {
-		for blk := lo; blk < hi; blk++ {
-			p := partials[blk*stride : (blk+1)*stride]
-			clear(p)
-			for r := blk * rows / blocks; r < (blk+1)*rows/blocks; r++ {
-				row(r, p, s)
-			}
-		}
-	})
-	cpu.Parallel(cols, cpu.Chunk, func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		for i, g := range gs {
-			if g == nil {
-				continue
-			}
-			dst := cpu.RowSpan(g, 0)
-			for off := lo; off < hi; off += cpu.Chunk {
-				n := min(cpu.Chunk, hi-off)
-				acc := s.Buf(0, n)
-				copy(acc, partials[i*cols+off:])
-				for blk := 1; blk < blocks; blk++ {
-					q := partials[blk*stride+i*cols+off:][:n]
-					k.Add(acc, acc, q)
-				}
-				dst.Store(off, acc)
-			}
-		}
-	})
+	return f(b, mv, rv, gs, wsv, enc)
 }

@@ -1,18 +1,13 @@
 // Package norm is the normalization family: RMSNorm (plain and fused with a
 // residual add) and LayerNorm, forward and backward. It validates calls,
-// runs the CPU kernels, and holds the float64 references the tests use.
-//
-// The CPU kernels work a row at a time on float32 views of the row: the
-// tensor's own memory for float32, a per-worker buffer filled by one
-// conversion for 16-bit dtypes. Weight and bias are converted once per call.
+// and dispatches them to one implementation per device type (cpu.go,
+// cuda.go); ref.go holds the float64 references the tests use.
 package norm
 
 import (
 	"math"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
 	"metalcore/internal/core"
 )
 
@@ -30,11 +25,18 @@ func rowInput(c *core.Call, name string, t *core.Tensor) *core.View {
 	return x
 }
 
-// Scratch buffer slots of the row kernels.
-const (
-	bufX = iota
-	bufDY
-	bufG
+// The forward kernels per device type: rows of x normalized into y, with
+// the optional weight w and bias b (LayerNorm), statistics mean (LayerNorm)
+// and rstd saved where given.
+type rowFwd func(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe.Pointer) error
+
+// fusedFwd: ro = x + res, y = rmsnorm(ro) * w.
+type fusedFwd func(x, res, w, y, ro, rstd *core.View, eps float32, enc unsafe.Pointer) error
+
+var (
+	rmsnormFwd         = core.NewDispatch[rowFwd]("rmsnorm forward")
+	fusedAddRMSNormFwd = core.NewDispatch[fusedFwd]("fused add + rmsnorm forward")
+	layernormFwd       = core.NewDispatch[rowFwd]("layernorm forward")
 )
 
 // RMSNormFwd: y = x / sqrt(mean(x^2) + eps) * weight, rstd saved per row.
@@ -49,35 +51,11 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 	c.Check(func() error { return core.PerColumn(xv, wv) })
 	c.Check(func() error { return core.RowStats(rv, xv) })
 	c.AllowInPlace(yv, xv)
-	if err := c.Done(enc); err != nil || xv.N == 0 {
+	f, err := core.Validated(&c, enc, rmsnormFwd)
+	if err != nil || xv.N == 0 {
 		return err
 	}
-	if xv.DeviceType == core.DeviceCUDA {
-		return rmsnormFwdCUDA(xv, wv, yv, rv, eps, enc)
-	}
-	vs, release := cpu.CallScratch()
-	defer release()
-	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, 0), xv.Cols
-	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		for r := lo; r < hi; r++ {
-			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
-			var inv float32
-			if x.DT == core.BF16 { // read and written as it is, no float32 copy
-				x16 := x.U16(0, cols)
-				inv = rmsInv(k.BF16Rows.SumSq(x16), cols, eps)
-				k.BF16Rows.Normalize(y.U16(0, cols), x16, w, nil, 0, inv)
-			} else {
-				xs := x.Load(0, s.Buf(bufX, cols))
-				inv = rmsInv(k.SumSq(xs), cols, eps)
-				writeRow(y, xs, func(out []float32) { k.Normalize(out, xs, w, nil, 0, inv) })
-			}
-			if rs != nil {
-				rs[r] = inv
-			}
-		}
-	})
-	return nil
+	return f(xv, wv, nil, yv, nil, rv, eps, enc)
 }
 
 // FusedAddRMSNormFwd: residual_out = x + residual (rounded to the dtype),
@@ -97,60 +75,11 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 	c.Check(func() error { return core.RowStats(rv, xv) })
 	c.AllowInPlace(yv, xv)
 	c.AllowInPlace(rov, resv)
-	if err := c.Done(enc); err != nil || xv.N == 0 {
+	f, err := core.Validated(&c, enc, fusedAddRMSNormFwd)
+	if err != nil || xv.N == 0 {
 		return err
 	}
-	if xv.DeviceType == core.DeviceCUDA {
-		return fusedAddRMSNormFwdCUDA(xv, resv, wv, yv, rov, rv, eps, enc)
-	}
-	vs, release := cpu.CallScratch()
-	defer release()
-	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, 0), xv.Cols
-	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		for r := lo; r < hi; r++ {
-			x, res, ro, y := cpu.RowSpan(xv, r), cpu.RowSpan(resv, r), cpu.RowSpan(rov, r), cpu.RowSpan(yv, r)
-			var inv float32
-			if x.DT == core.BF16 { // read and written as they are, no float32 copies
-				ro16 := ro.U16(0, cols)
-				inv = rmsInv(k.BF16Rows.AddSumSq(ro16, x.U16(0, cols), res.U16(0, cols)), cols, eps)
-				k.BF16Rows.Normalize(y.U16(0, cols), ro16, w, nil, 0, inv)
-			} else {
-				sum := ro.Out(0, s.Buf(bufG, cols))
-				k.Add(sum, x.Load(0, s.Buf(bufX, cols)), res.Load(0, s.Buf(bufDY, cols)))
-				ro.Store(0, sum)
-				if ro.DT != core.F32 { // normalize what was stored: the rounded sum
-					sum = ro.Load(0, sum)
-				}
-				inv = rmsInv(k.SumSq(sum), cols, eps)
-				writeRow(y, sum, func(out []float32) { k.Normalize(out, sum, w, nil, 0, inv) })
-			}
-			if rs != nil {
-				rs[r] = inv
-			}
-		}
-	})
-	return nil
-}
-
-// writeRow lets f compute a row of y into float32 memory and stores it.
-// For a 16-bit y that memory is over, a row of scratch f reads elementwise
-// (its input): writing over it keeps one buffer fewer in L1.
-func writeRow(y cpu.Span, over []float32, f func(out []float32)) {
-	out := y.Out(0, over)
-	f(out)
-	y.Store(0, out)
-}
-
-func rowStats(v *core.View, rows int) []float32 {
-	if v == nil {
-		return nil
-	}
-	return cpu.Float32s(v.Base, rows)
-}
-
-func rmsInv(ss float32, cols int, eps float32) float32 {
-	return float32(1 / math.Sqrt(float64(ss)/float64(cols)+float64(eps)))
+	return f(xv, resv, wv, yv, rov, rv, eps, enc)
 }
 
 // LayerNormFwd: y = (x - mean) * rstd * weight + bias, mean and rstd saved.
@@ -168,51 +97,9 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 	c.Check(func() error { return core.RowStats(mv, xv) })
 	c.Check(func() error { return core.RowStats(rv, xv) })
 	c.AllowInPlace(yv, xv)
-	if err := c.Done(enc); err != nil || xv.N == 0 {
+	f, err := core.Validated(&c, enc, layernormFwd)
+	if err != nil || xv.N == 0 {
 		return err
 	}
-	if xv.DeviceType == core.DeviceCUDA {
-		return layernormFwdCUDA(xv, wv, bv, yv, mv, rv, eps, enc)
-	}
-	ms, rs := rowStats(mv, xv.Rows), rowStats(rv, xv.Rows)
-	vs, release := cpu.CallScratch()
-	defer release()
-	w, b, cols := cpu.Vector(wv, vs, 0), cpu.Vector(bv, vs, 1), xv.Cols
-	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		for r := lo; r < hi; r++ {
-			x, y := cpu.RowSpan(xv, r), cpu.RowSpan(yv, r)
-			var mu, inv float32
-			if x.DT == core.BF16 { // read and written as it is, no float32 copy
-				x16 := x.U16(0, cols)
-				shift := simd.BF16ToF32(x16[0])
-				sum, sq := k.BF16Rows.ShiftedSums(x16, shift)
-				mu, inv = meanRstd(shift, sum, sq, cols, eps)
-				k.BF16Rows.Normalize(y.U16(0, cols), x16, w, b, mu, inv)
-			} else {
-				xs := x.Load(0, s.Buf(bufX, cols))
-				sum, sq := k.ShiftedSums(xs, xs[0])
-				mu, inv = meanRstd(xs[0], sum, sq, cols, eps)
-				writeRow(y, xs, func(out []float32) { k.Normalize(out, xs, w, b, mu, inv) })
-			}
-			if ms != nil {
-				ms[r] = mu
-			}
-			if rs != nil {
-				rs[r] = inv
-			}
-		}
-	})
-	return nil
-}
-
-// meanRstd is a row's mean and 1/sqrt(var + eps), from the sums of its cols
-// elements shifted by its first element: the shift keeps both sums small
-// when the mean is large against the spread, where plain sums lose the
-// variance.
-func meanRstd(shift, sum, sq float32, cols int, eps float32) (float32, float32) {
-	n := float64(cols)
-	m := float64(sum) / n
-	variance := max(float64(sq)/n-m*m, 0)
-	return float32(m + float64(shift)), float32(1 / math.Sqrt(variance+float64(eps)))
+	return f(xv, wv, bv, yv, mv, rv, eps, enc)
 }
