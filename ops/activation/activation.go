@@ -1,13 +1,27 @@
 // Package activation is the elementwise family: GELU (erf and tanh forms)
-// and SiLU, forward and backward, on tensors of any shape.
+// and SiLU, forward and backward, on tensors of any shape: validation,
+// dispatch to one implementation per device type (cpu.go, cuda.go) and the
+// float64 references (ref.go).
 package activation
 
 import (
 	"unsafe"
 
-	"metalcore/encoder/cpu"
 	"metalcore/encoder/cpu/simd"
 	"metalcore/internal/core"
+)
+
+// The implementations per device type. kernel names the pass (the CUDA
+// kernel's name; the CPU's 16-bit tables are keyed by it), pick chooses its
+// CPU primitive.
+type (
+	fwdImpl func(x, y *core.View, kernel string, pick func(*simd.Table) func(dst, x []float32), enc unsafe.Pointer) error
+	bwdImpl func(dy, x, dx *core.View, kernel string, pick func(*simd.Table) func(dst, dy, x []float32), enc unsafe.Pointer) error
+)
+
+var (
+	fwd = core.NewDispatch[fwdImpl]("activation forward")
+	bwd = core.NewDispatch[bwdImpl]("activation backward")
 )
 
 // GELU approximations, as in the header.
@@ -69,28 +83,21 @@ func geluKernel(pass string, approximate int32) string {
 	return "gelu_" + pass
 }
 
-// forward runs kernel (on CUDA) or, on the CPU, the primitive pick chooses.
+// forward validates a forward pass and runs its device's implementation.
 func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, pick func(*simd.Table) func(dst, x []float32)) error {
 	var c core.Call
 	xv := c.In("x", x)
 	yv := c.Out("y", y)
 	c.Check(func() error { return core.LikeX(xv, yv) })
 	c.AllowInPlace(yv, xv)
-	if err := c.Done(enc); err != nil || xv.N == 0 {
+	f, err := core.Validated(&c, enc, fwd)
+	if err != nil || xv.N == 0 {
 		return err
 	}
-	if xv.DeviceType == core.DeviceCUDA {
-		return elementwiseCUDA(kernel, enc, []*core.View{xv, yv})
-	}
-	if xv.DType != core.F32 { // every 16-bit input has its answer in a table
-		elementwise(yv, xv, nil, forwardTable(tableFor(kernel, xv.DType), xv.DType, pick(&simd.Portable)))
-		return nil
-	}
-	f := pick(cpu.K())
-	elementwise(yv, xv, nil, floatChunks(func(dst, a, _ []float32) { f(dst, a) }))
-	return nil
+	return f(xv, yv, kernel, pick, enc)
 }
 
+// backward validates a backward pass and runs its device's implementation.
 func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, pick func(*simd.Table) func(dst, dy, x []float32)) error {
 	var c core.Call
 	dyv := c.In("dy", dy)
@@ -98,68 +105,9 @@ func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, pick fu
 	dxv := c.Out("dx", dx)
 	c.Check(func() error { return core.LikeX(xv, dyv, dxv) })
 	c.AllowInPlace(dxv, dyv)
-	if err := c.Done(enc); err != nil || xv.N == 0 {
+	f, err := core.Validated(&c, enc, bwd)
+	if err != nil || xv.N == 0 {
 		return err
 	}
-	if xv.DeviceType == core.DeviceCUDA {
-		return elementwiseCUDA(kernel, enc, []*core.View{dyv, xv, dxv})
-	}
-	if xv.DType != core.F32 {
-		elementwise(dxv, dyv, xv, gradTable(tableFor(kernel, xv.DType), xv.DType, pick(&simd.Portable)))
-		return nil
-	}
-	elementwise(dxv, dyv, xv, floatChunks(pick(cpu.K())))
-	return nil
-}
-
-// chunkFn computes elements [off, off+m) of o from a and b (b may be absent).
-type chunkFn func(o, a, b cpu.Span, off, m int, s *cpu.Scratch)
-
-// floatChunks runs f on float32 views of each chunk.
-func floatChunks(f func(dst, a, b []float32)) chunkFn {
-	return func(o, a, b cpu.Span, off, m int, s *cpu.Scratch) {
-		dst := o.Out(off, s.Buf(2, m))
-		f(dst, a.Load(off, s.Buf(0, m)), b.Load(off, s.Buf(1, m)))
-		o.Store(off, dst)
-	}
-}
-
-// elementwise runs f chunk by chunk over every element. Contiguous tensors
-// are cut into Chunk-long segments regardless of their shape, so a tensor
-// with short rows still vectorizes; otherwise the segments are rows.
-func elementwise(outView, aView, bView *core.View, f chunkFn) {
-	if outView.N == 0 {
-		return
-	}
-	// The workers get copies, so that the caller's views (in its core.Call)
-	// stay on its stack: a CUDA call then allocates nothing.
-	out, a, b := *outView, *aView, bView
-	if b != nil {
-		bc := *bView
-		b = &bc
-	}
-	segs, segLen := out.Rows, out.Cols
-	seg := func(v *core.View, i int) cpu.Span { return cpu.OptRowSpan(v, i) }
-	flat := out.Contiguous && a.Contiguous && (b == nil || b.Contiguous)
-	if flat {
-		segs, segLen = (out.N+cpu.Chunk-1)/cpu.Chunk, cpu.Chunk
-		seg = func(v *core.View, i int) cpu.Span {
-			if v == nil {
-				return cpu.Span{}
-			}
-			return cpu.TensorSpan(v).At(i * cpu.Chunk)
-		}
-	}
-	cpu.Parallel(segs, cpu.RowGrain(segLen), func(lo, hi int, s *cpu.Scratch) {
-		for i := lo; i < hi; i++ {
-			n := segLen
-			if flat {
-				n = min(segLen, out.N-i*segLen)
-			}
-			o, sa, sb := seg(&out, i), seg(&a, i), seg(b, i)
-			for off := 0; off < n; off += cpu.Chunk {
-				f(o, sa, sb, off, min(cpu.Chunk, n-off), s)
-			}
-		}
-	})
+	return f(dyv, xv, dxv, kernel, pick, enc)
 }

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"unsafe"
 
+	"metalcore/encoder/cpu/simd"
 	"metalcore/encoder/cuda"
 	"metalcore/internal/core"
 )
@@ -11,7 +12,15 @@ import (
 //go:embed activation.cu
 var kernels string
 
-func init() { cuda.Register(kernels) }
+func init() {
+	cuda.Register(kernels)
+	fwd.Register(core.DeviceCUDA, func(x, y *core.View, kernel string, _ func(*simd.Table) func(dst, x []float32), enc unsafe.Pointer) error {
+		return elementwiseCUDA(kernel, enc, []*core.View{x, y})
+	})
+	bwd.Register(core.DeviceCUDA, func(dy, x, dx *core.View, kernel string, _ func(*simd.Table) func(dst, dy, x []float32), enc unsafe.Pointer) error {
+		return elementwiseCUDA(kernel, enc, []*core.View{dy, x, dx})
+	})
+}
 
 // elementwiseCUDA launches an elementwise kernel over contiguous views (the
 // last is the output).

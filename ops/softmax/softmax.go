@@ -1,13 +1,17 @@
 // Package softmax is softmax over the last dimension, forward and backward:
-// validation, the CPU kernel and the float64 reference.
+// validation, dispatch to one implementation per device type (cpu.go,
+// cuda.go) and the float64 reference (ref.go).
 package softmax
 
 import (
-	"math"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
 	"metalcore/internal/core"
+)
+
+var (
+	fwd = core.NewDispatch[func(x, y *core.View, enc unsafe.Pointer) error]("softmax forward")
+	bwd = core.NewDispatch[func(dy, y, dx *core.View, enc unsafe.Pointer) error]("softmax backward")
 )
 
 // Fwd: y = exp(x - max) / sum(exp(x - max)) per row, y of x's dtype or
@@ -27,42 +31,11 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 		return core.SameDType(xv, yv)
 	})
 	c.AllowInPlace(yv, xv)
-	if err := c.Done(enc); err != nil || xv.N == 0 {
+	f, err := core.Validated(&c, enc, fwd)
+	if err != nil || xv.N == 0 {
 		return err
 	}
-	if xv.DeviceType == core.DeviceCUDA {
-		name := "softmax_fwd"
-		if yv.DType != xv.DType {
-			name = "softmax_fwd_f32out"
-		}
-		return rowKernel(name, enc, true, xv, yv)
-	}
-	cols := xv.Cols
-	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		for r := lo; r < hi; r++ {
-			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(0, cols))
-			y := cpu.RowSpan(yv, r)
-			e := y.Out(0, xs) // 16-bit: over x's float32 row, one buffer fewer in L1
-			if m := k.Max(xs); finite(m) {
-				k.Normalize(e, e, nil, nil, 0, 1/k.ExpSum(e, xs, m))
-			} else {
-				fill(e, float32(math.NaN()))
-			}
-			y.Store(0, e)
-		}
-	})
-	return nil
-}
-
-// A row whose maximum is not finite (it holds a NaN or +inf, or is all
-// -inf) is NaN throughout, as in float64 (inf - inf and NaN - NaN are NaN).
-func finite(m float32) bool { return !math.IsInf(float64(m), 0) && m == m }
-
-func fill(v []float32, f float32) {
-	for i := range v {
-		v[i] = f
-	}
+	return f(xv, yv, enc)
 }
 
 // Bwd: dx = y * (dy - sum(dy * y)) per row; dx may be dy.
@@ -74,23 +47,9 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 	c.Check(func() error { return core.WantRows(dyv) })
 	c.Check(func() error { return core.LikeX(yv, dyv, dxv) })
 	c.AllowInPlace(dxv, dyv)
-	if err := c.Done(enc); err != nil || yv.N == 0 {
+	f, err := core.Validated(&c, enc, bwd)
+	if err != nil || yv.N == 0 {
 		return err
 	}
-	if yv.DeviceType == core.DeviceCUDA {
-		return rowKernel("softmax_bwd", enc, false, dyv, yv, dxv)
-	}
-	cols := yv.Cols
-	cpu.Parallel(yv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		for r := lo; r < hi; r++ {
-			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(0, cols))
-			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(1, cols))
-			dx := cpu.RowSpan(dxv, r)
-			out := dx.Out(0, dys) // 16-bit: over dy's float32 row
-			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
-			dx.Store(0, out)
-		}
-	})
-	return nil
+	return f(dyv, yv, dxv, enc)
 }

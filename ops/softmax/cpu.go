@@ -1,0 +1,59 @@
+package softmax
+
+import (
+	"math"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/internal/core"
+)
+
+func init() {
+	fwd.Register(core.DeviceCPU, fwdCPU)
+	bwd.Register(core.DeviceCPU, bwdCPU)
+}
+
+func fwdCPU(xv, yv *core.View, _ unsafe.Pointer) error {
+	cols := xv.Cols
+	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
+		k := cpu.K()
+		for r := lo; r < hi; r++ {
+			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(0, cols))
+			y := cpu.RowSpan(yv, r)
+			e := y.Out(0, xs) // 16-bit: over x's float32 row, one buffer fewer in L1
+			if m := k.Max(xs); finite(m) {
+				k.Normalize(e, e, nil, nil, 0, 1/k.ExpSum(e, xs, m))
+			} else {
+				fill(e, float32(math.NaN()))
+			}
+			y.Store(0, e)
+		}
+	})
+	return nil
+}
+
+// A row whose maximum is not finite (it holds a NaN or +inf, or is all
+// -inf) is NaN throughout, as in float64 (inf - inf and NaN - NaN are NaN).
+func finite(m float32) bool { return !math.IsInf(float64(m), 0) && m == m }
+
+func fill(v []float32, f float32) {
+	for i := range v {
+		v[i] = f
+	}
+}
+
+func bwdCPU(dyv, yv, dxv *core.View, _ unsafe.Pointer) error {
+	cols := yv.Cols
+	cpu.Parallel(yv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
+		k := cpu.K()
+		for r := lo; r < hi; r++ {
+			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(0, cols))
+			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(1, cols))
+			dx := cpu.RowSpan(dxv, r)
+			out := dx.Out(0, dys) // 16-bit: over dy's float32 row
+			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
+			dx.Store(0, out)
+		}
+	})
+	return nil
+}
