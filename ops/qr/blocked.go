@@ -37,7 +37,7 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	m, n, nb := s.m, s.n, blockWidth
 	a := sc.Buf(bufA, m*n)
 	copy(a, cpu.TensorSpan(av).At(b*m*n).Load(0, a))
-	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
+	v := sc.Buf(bufV, m+4)          // padded for the vector broadcasts
 	pv := sc.Buf(bufPanelV, m*nb+4) // padded: VtC and AddVW broadcast from it
 	w := sc.Buf(bufW, max(m, n))
 	tau := sc.Buf(bufTau, s.k)

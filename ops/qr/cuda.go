@@ -11,7 +11,11 @@ import (
 //go:embed qr.cu
 var kernels string
 
-func init() { cuda.Register(kernels) }
+func init() {
+	cuda.Register(kernels)
+	factorize.Register(core.DeviceCUDA, qrCUDA)
+	workspaceSize.Register(core.DeviceCUDA, cudaWorkspaceBytes)
+}
 
 const (
 	// smallMax bounds the matrices qr_cols factors a block each (rows,

@@ -1,0 +1,246 @@
+package qr
+
+import (
+	"math"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/internal/core"
+)
+
+// The CPU kernel: one matrix per worker, the reflector applications
+// vectorized; small matrices a vector's width at a time (QRLanes); wide ones
+// blocked (blocked.go). No workspace: each worker keeps its matrix in its
+// own scratch.
+func init() {
+	factorize.Register(core.DeviceCPU, qrCPU)
+	workspaceSize.Register(core.DeviceCPU, func(shapes, int32, int) (int64, error) { return 0, nil })
+}
+
+func qrCPU(s shapes, av, qv, rv, _ *core.View, _ unsafe.Pointer) error {
+	if k := cpu.K(); k.QRLanes != nil && s.batch >= 2 && max(s.m, s.n) <= maxLaneSize {
+		lanes := k.Lanes
+		cpu.Parallel((s.batch+lanes-1)/lanes, 1, func(lo, hi int, sc *cpu.Scratch) {
+			for g := lo; g < hi; g++ {
+				factorLanes(s, g*lanes, lanes, av, qv, rv, sc)
+			}
+		})
+		return nil
+	}
+	blocked := s.k > blockedMin
+	cpu.Parallel(s.batch, 1, func(lo, hi int, sc *cpu.Scratch) {
+		for b := lo; b < hi; b++ {
+			if blocked {
+				// one matrix at a time splits its updates across the workers
+				factorBlocked(s, b, av, qv, rv, sc, s.batch < cpu.Threads())
+			} else {
+				factor(s, b, av, qv, rv, sc)
+			}
+		}
+	})
+	return nil
+}
+
+// maxLaneSize bounds the matrices factored a vector's width at a time: the
+// interleaved copies (m*n*lanes floats) must stay in the worker's cache, and
+// their column walks stride m*lanes floats (measured: 32 wide 3x faster than
+// LAPACK through PyTorch, 128 wide slower than one matrix per worker).
+const maxLaneSize = 64
+
+// factorLanes factors matrices [first, first+lanes) together, one per
+// vector lane (a batch's last group pads with zero matrices). Matrices move
+// in and out of the interleaved layout laneBlock elements at a time, so the
+// part of a being filled or read stays in L1 while every lane's matrix
+// streams (measured: the element-by-element version spent a third of the
+// 2000x32x32 time there).
+func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scratch) {
+	m, n, qc := s.m, s.n, s.qCols
+	size := max(m*n, m*qc, s.rRows*n)
+	bufs := sc.Buf(bufW, size*lanes) // per lane: the converted input, then the outputs before rounding
+	a := sc.Buf(bufA, m*n*lanes)
+	count := min(lanes, s.batch-first)
+	var mats [maxLanes][]float32
+	for l := range lanes {
+		buf := bufs[l*size : l*size+m*n]
+		if l < count {
+			mats[l] = cpu.TensorSpan(av).At((first+l)*m*n).Load(0, buf)
+		} else {
+			clear(buf)
+			mats[l] = buf
+		}
+	}
+	interleave(a, mats[:lanes], m*n)
+	var q []float32
+	if qv != nil {
+		q = sc.Buf(bufQ, m*qc*lanes)
+	}
+	cpu.K().QRLanes(a, m, n, q, qc, sc.Buf(bufTau, s.k*lanes))
+	rn := s.rRows * n
+	rs := cpu.TensorSpan(rv)
+	for l := range count {
+		mats[l] = rs.At((first+l)*rn).Out(0, bufs[l*size:l*size+rn])
+	}
+	deinterleave(mats[:count], a, rn, lanes) // r's rows are a's first rows
+	for l := range count {
+		r := mats[l]
+		for i := range s.rRows {
+			clear(r[i*n : i*n+min(i, n)]) // below the diagonal (all of rows past k)
+		}
+		rs.At((first+l)*rn).Store(0, r)
+	}
+	if qv == nil {
+		return
+	}
+	qs := cpu.TensorSpan(qv)
+	for l := range count {
+		mats[l] = qs.At((first+l)*m*qc).Out(0, bufs[l*size:l*size+m*qc])
+	}
+	deinterleave(mats[:count], q, m*qc, lanes)
+	for l := range count {
+		qs.At((first+l)*m*qc).Store(0, mats[l])
+	}
+}
+
+// maxLanes is the widest vector's float32 lanes (AVX-512); laneBlock is
+// how many elements (times the lanes) interleave and deinterleave move at a
+// time.
+const (
+	maxLanes  = 16
+	laneBlock = 64
+)
+
+// interleave sets a[e*len(mats)+l] = mats[l][e] for e < elems.
+func interleave(a []float32, mats [][]float32, elems int) {
+	lanes := len(mats)
+	for e0 := 0; e0 < elems; e0 += laneBlock {
+		e1 := min(e0+laneBlock, elems)
+		block := a[e0*lanes : e1*lanes]
+		for l, mat := range mats {
+			for k, x := range mat[e0:e1] {
+				block[k*lanes+l] = x
+			}
+		}
+	}
+}
+
+// deinterleave sets mats[l][e] = a[e*lanes+l] for e < elems (mats may be
+// fewer than a's lanes).
+func deinterleave(mats [][]float32, a []float32, elems, lanes int) {
+	for e0 := 0; e0 < elems; e0 += laneBlock {
+		e1 := min(e0+laneBlock, elems)
+		block := a[e0*lanes : e1*lanes]
+		for l, mat := range mats {
+			out := mat[e0:e1]
+			for k := range out {
+				out[k] = block[k*lanes+l]
+			}
+		}
+	}
+}
+
+// Scratch slots.
+const (
+	bufA = iota
+	bufV
+	bufW
+	bufTau
+	bufQ
+	bufR
+)
+
+// factor computes matrix b: Householder vectors below the diagonal of a
+// float32 copy (LAPACK's geqr2), then q by applying them backwards to the
+// identity (org2r), then the outputs in the dtype.
+func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
+	k := cpu.K()
+	m, n := s.m, s.n
+	a := sc.Buf(bufA, m*n)
+	copy(a, cpu.TensorSpan(av).At(b*m*n).Load(0, a))
+	v := sc.Buf(bufV, m+4) // padded for the vector broadcasts
+	w := sc.Buf(bufW, max(m, n))
+	tau := sc.Buf(bufTau, s.k)
+	geqr2(a, m, n, 0, s.k, n, tau, v, w)
+	storeR(s, b, a, rv, sc)
+	if qv == nil {
+		return
+	}
+	qc := s.qCols
+	qm := eye(sc.Buf(bufQ, m*qc), m, qc)
+	for j := s.k - 1; j >= 0; j-- {
+		if tau[j] != 0 {
+			column(a, m, n, j, v)
+			k.Reflect(qm[j*qc+j:], qc, m-j, qc-j, v, tau[j], w)
+		}
+	}
+	cpu.TensorSpan(qv).At(b*m*qc).Store(0, qm)
+}
+
+// geqr2 factors columns [j0, j1) of the row-major m x n matrix a one
+// reflector at a time (LAPACK's geqr2), applying each to the columns after
+// it up to end; tau[j] receives reflector j's tau. v and w are Reflect's
+// scratch.
+func geqr2(a []float32, m, n, j0, j1, end int, tau, v, w []float32) {
+	k := cpu.K()
+	for j := j0; j < j1; j++ {
+		tau[j] = householder(a, m, n, j)
+		if tau[j] != 0 && j+1 < end {
+			column(a, m, n, j, v)
+			k.Reflect(a[j*n+j+1:], n, m-j, end-j-1, v, tau[j], w)
+		}
+	}
+}
+
+// storeR writes matrix b's r from the factored a (its upper triangle, zeros
+// below) in r's dtype.
+func storeR(s shapes, b int, a []float32, rv *core.View, sc *cpu.Scratch) {
+	n := s.n
+	rr := sc.Buf(bufR, s.rRows*n)
+	clear(rr)
+	for i := range min(s.rRows, s.k) {
+		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
+	}
+	cpu.TensorSpan(rv).At(b*s.rRows*n).Store(0, rr)
+}
+
+// eye sets buf to the first cols columns of the m x m identity,
+// row-major, and returns it.
+func eye(buf []float32, m, cols int) []float32 {
+	clear(buf)
+	for i := range min(m, cols) {
+		buf[i*cols+i] = 1
+	}
+	return buf
+}
+
+// householder makes the reflector that zeroes column j below the diagonal
+// (LAPACK's slarfg): it leaves beta on the diagonal, the vector's tail below
+// it, and returns tau (0: the column is already zero, no reflection). The
+// norm is taken in float64, so columns of 1e-30 or 1e30 neither underflow
+// nor overflow.
+func householder(a []float32, m, n, j int) float32 {
+	alpha := float64(a[j*n+j])
+	var ss float64
+	for i := j + 1; i < m; i++ {
+		x := float64(a[i*n+j])
+		ss += x * x
+	}
+	if ss == 0 {
+		return 0
+	}
+	beta := -math.Copysign(math.Hypot(alpha, math.Sqrt(ss)), alpha)
+	scale := 1 / (alpha - beta)
+	for i := j + 1; i < m; i++ {
+		a[i*n+j] = float32(float64(a[i*n+j]) * scale)
+	}
+	a[j*n+j] = float32(beta)
+	return float32((beta - alpha) / beta)
+}
+
+// column gathers reflector j (1, then the tail stored below the diagonal)
+// into v.
+func column(a []float32, m, n, j int, v []float32) {
+	v[0] = 1
+	for i := 1; i < m-j; i++ {
+		v[i] = a[(j+i)*n+j]
+	}
+}
