@@ -107,8 +107,8 @@ func (c *Call) Done(encoder unsafe.Pointer) error {
 		if err := SameDevice(all...); err != nil {
 			return err
 		}
-		if all[0].DeviceType == DeviceCPU && encoder != nil {
-			return Errorf(ErrInvalidArgument, "encoder must be NULL for CPU tensors")
+		if err := CheckEncoder(all[0].DeviceType, encoder); err != nil {
+			return err
 		}
 		for _, v := range all {
 			if err := CheckOwned(v); err != nil {
@@ -230,4 +230,13 @@ func (c *Call) Workspace(name string, t *Tensor, need int64) *View {
 		c.err = Errorf(ErrInvalidArgument, "%s data must be 4-byte aligned", name)
 	}
 	return v
+}
+
+// CheckEncoder fails for an encoder given with CPU tensors (they have no
+// queue).
+func CheckEncoder(deviceType int32, encoder unsafe.Pointer) error {
+	if deviceType == DeviceCPU && encoder != nil {
+		return Errorf(ErrInvalidArgument, "encoder must be NULL for CPU tensors")
+	}
+	return nil
 }

@@ -178,6 +178,13 @@ func CheckOwned(v *View) error {
 	return nil
 }
 
+// ChecksOwnership reports whether deviceType's backend checks that data
+// pointers are its memory (CheckOwned does nothing otherwise).
+func ChecksOwnership(deviceType int32) bool {
+	_, ok := backends[deviceType]
+	return ok
+}
+
 // BackendAvailable reports whether tensors of deviceType can be used.
 func BackendAvailable(deviceType int32) bool {
 	if deviceType == DeviceCPU {

@@ -6,7 +6,6 @@ package adamw
 import (
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -213,8 +212,8 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	if first.DeviceType == core.DeviceCPU && enc != nil {
-		return nil, core.Errorf(core.ErrInvalidArgument, "encoder must be NULL for CPU tensors")
+	if err := core.CheckEncoder(first.DeviceType, enc); err != nil {
+		return nil, err
 	}
 	sc.device.typ, sc.device.id = first.DeviceType, first.DeviceID
 	names := func(at int) string { return lists[at%nl].name + "[" + strconv.Itoa(at/nl) + "]" }
@@ -226,7 +225,7 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 // device (a check of the device's backend: none for the CPU), naming the
 // lowest index that fails.
 func checkOwned(es []extent, deviceType, deviceID int32, name func(at int) string) error {
-	if deviceType == core.DeviceCPU {
+	if !core.ChecksOwnership(deviceType) {
 		return nil
 	}
 	var mu sync.Mutex
@@ -376,6 +375,11 @@ func (s Scaling) views(dev *core.View) (scale, inf *core.View, err error) {
 	return scale, inf, err
 }
 
+// step takes the step on one device type: h the step's scalars, groups the
+// validated tensors, scale and inf the optional gradient scaling (on the
+// call's device).
+var step = core.NewDispatch[func(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, enc unsafe.Pointer) error]("adamw step")
+
 // Step takes one AdamW step on every tensor of the lists.
 func Step(c *Config, l Lists, enc unsafe.Pointer) error { return StepScaled(c, l, Scaling{}, enc) }
 
@@ -398,49 +402,10 @@ func StepScaled(c *Config, l Lists, s Scaling, enc unsafe.Pointer) error {
 	if err != nil || len(groups) == 0 {
 		return err
 	}
+	f, err := step.For(sc.device.typ)
+	if err != nil {
+		return err
+	}
 	h := scalars(c)
-	if sc.device.typ == core.DeviceCUDA {
-		return stepCUDA(&h, groups, int(sc.device.id), scale, inf, enc)
-	}
-	if inf != nil && *(*float32)(inf.Base) != 0 {
-		return nil // an inf or NaN gradient somewhere: the step is skipped
-	}
-	if scale != nil {
-		h.Sign /= *(*float32)(scale.Base)
-	}
-	stepCPU(&h, groups)
-	return nil
-}
-
-// stepCPU splits the concatenation of all tensors into equal element ranges
-// (thousands of small tensors cost what one large one does) and steps each
-// range chunk by chunk.
-func stepCPU(h *simd.AdamW, groups []group) {
-	starts := make([]int, len(groups)+1) // element offset of each tensor in the concatenation
-	for i, g := range groups {
-		starts[i+1] = starts[i] + g.n
-	}
-	total := starts[len(groups)]
-	cpu.Parallel(total, 1<<15, func(lo, hi int, s *cpu.Scratch) {
-		k := cpu.K()
-		t := sort.SearchInts(starts, lo+1) - 1
-		for pos := lo; pos < hi; t++ {
-			g := groups[t]
-			off, end := pos-starts[t], min(hi, starts[t+1])-starts[t]
-			for ; off < end; off += cpu.Chunk {
-				n := min(cpu.Chunk, end-off)
-				p := cpu.Span{P: g.p, DT: g.dt}
-				ps := p.Load(off, s.Buf(0, n))
-				gs := cpu.Span{P: g.g, DT: g.dt}.Load(off, s.Buf(1, n))
-				state := func(q unsafe.Pointer) []float32 { return cpu.Float32s(q, g.n)[off : off+n] }
-				var vmax []float32
-				if g.vmax != nil {
-					vmax = state(g.vmax)
-				}
-				k.AdamW(h, ps, gs, state(g.m), state(g.v), vmax)
-				p.Store(off, ps)
-			}
-			pos = starts[t+1]
-		}
-	})
+	return f(&h, groups, int(sc.device.id), scale, inf, enc)
 }

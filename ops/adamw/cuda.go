@@ -13,7 +13,10 @@ import (
 //go:embed adamw.cu
 var kernels string
 
-func init() { cuda.Register(kernels) }
+func init() {
+	cuda.Register(kernels)
+	step.Register(core.DeviceCUDA, stepCUDA)
+}
 
 // The batch layout of adamw.cu: five pointer arrays, sizes, block prefix,
 // count, the grad scale and found-inf pointers, then eight float32 scalars

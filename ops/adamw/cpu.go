@@ -1,0 +1,58 @@
+package adamw
+
+import (
+	"sort"
+	"unsafe"
+
+	"metalcore/encoder/cpu"
+	"metalcore/encoder/cpu/simd"
+	"metalcore/internal/core"
+)
+
+func init() { step.Register(core.DeviceCPU, stepCPU) }
+
+// stepCPU reads the scaling on the host: an inf or NaN gradient somewhere
+// skips the step, the scale divides the gradients.
+func stepCPU(h *simd.AdamW, groups []group, _ int, scale, inf *core.View, _ unsafe.Pointer) error {
+	if inf != nil && *(*float32)(inf.Base) != 0 {
+		return nil
+	}
+	if scale != nil {
+		h.Sign /= *(*float32)(scale.Base)
+	}
+	stepRanges(h, groups)
+	return nil
+}
+
+// stepRanges splits the concatenation of all tensors into equal element ranges
+// (thousands of small tensors cost what one large one does) and steps each
+// range chunk by chunk.
+func stepRanges(h *simd.AdamW, groups []group) {
+	starts := make([]int, len(groups)+1) // element offset of each tensor in the concatenation
+	for i, g := range groups {
+		starts[i+1] = starts[i] + g.n
+	}
+	total := starts[len(groups)]
+	cpu.Parallel(total, 1<<15, func(lo, hi int, s *cpu.Scratch) {
+		k := cpu.K()
+		t := sort.SearchInts(starts, lo+1) - 1
+		for pos := lo; pos < hi; t++ {
+			g := groups[t]
+			off, end := pos-starts[t], min(hi, starts[t+1])-starts[t]
+			for ; off < end; off += cpu.Chunk {
+				n := min(cpu.Chunk, end-off)
+				p := cpu.Span{P: g.p, DT: g.dt}
+				ps := p.Load(off, s.Buf(0, n))
+				gs := cpu.Span{P: g.g, DT: g.dt}.Load(off, s.Buf(1, n))
+				state := func(q unsafe.Pointer) []float32 { return cpu.Float32s(q, g.n)[off : off+n] }
+				var vmax []float32
+				if g.vmax != nil {
+					vmax = state(g.vmax)
+				}
+				k.AdamW(h, ps, gs, state(g.m), state(g.v), vmax)
+				p.Store(off, ps)
+			}
+			pos = starts[t+1]
+		}
+	})
+}
