@@ -5,6 +5,11 @@ GO      ?= go
 CC      ?= gcc
 # The AVX2/AVX-512 kernels use Go's experimental simd/archsimd package.
 export GOEXPERIMENT := simd
+# Go's build cache does not hash headers outside a package's directory, so a
+# change to include/metalcore.h alone (its version macros, say) would leave
+# capi's cgo objects stale: the header's checksum goes into the C flags,
+# which the cache does hash.
+export CGO_CFLAGS := -O2 -g -DMC_HEADER_SUM=$(shell cksum include/metalcore.h | cut -d' ' -f1)
 
 LIB     := build/libmetalcore.so
 PYLIB   := overrides/python/metalcore/libmetalcore.so

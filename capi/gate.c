@@ -88,6 +88,12 @@ MC_GATED(adamw_step_scaled,
           mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,
           cten* grad_scale, cten* found_inf, void* encoder),
          (cfg, n_tensors, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, encoder))
+MC_GATED(adamw_step_capturable,
+         (const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params, cten* const* grads,
+          mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,
+          cten* grad_scale, cten* found_inf, cten* steps, cten* lr, void* encoder),
+         (cfg, n_tensors, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, steps, lr,
+          encoder))
 MC_GATED(qr_workspace_size, (cten* a, int32_t mode, int64_t* bytes), (a, mode, bytes))
 MC_GATED(qr, (cten* a, int32_t mode, mc_tensor* q, mc_tensor* r, mc_tensor* workspace, void* encoder),
          (a, mode, q, r, workspace, encoder))

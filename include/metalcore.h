@@ -51,7 +51,7 @@ extern "C" {
  * functions, enum values and struct types are never removed or changed, so a
  * host built against an older minor version runs with a newer library. */
 #define MC_VERSION_MAJOR 0
-#define MC_VERSION_MINOR 2
+#define MC_VERSION_MINOR 3
 #define MC_VERSION_PATCH 0
 
 typedef enum {
@@ -189,6 +189,20 @@ mc_status mc_adamw_step_scaled(const mc_adamw_config* cfg, int64_t n_tensors, mc
                                const mc_tensor* const* grads, mc_tensor* const* exp_avgs,
                                mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,
                                const mc_tensor* grad_scale, const mc_tensor* found_inf, void* encoder);
+/* mc_adamw_step_scaled for steps captured in a CUDA graph, as
+ * torch.optim.AdamW(capturable=True) takes them: the step numbers and the
+ * learning rate are read on the device, by the kernel, so a replay uses the
+ * values they hold then. steps: a float32 tensor of n_tensors elements on the
+ * call's device, steps[i] the number of the step tensor i is taking (the
+ * caller advances it before the call); lr: a float32 tensor of one element on
+ * the call's device, or NULL for cfg->lr. cfg->step is not used. The scalars
+ * that depend on them (1 - lr * weight_decay, the bias corrections) are formed
+ * in float32 on the device, as PyTorch's capturable step forms them. */
+mc_status mc_adamw_step_capturable(const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params,
+                                   const mc_tensor* const* grads, mc_tensor* const* exp_avgs,
+                                   mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,
+                                   const mc_tensor* grad_scale, const mc_tensor* found_inf,
+                                   const mc_tensor* steps, const mc_tensor* lr, void* encoder);
 
 /* ---- QR ---------------------------------------------------------------------
  * Householder QR of every matrix of a [..., m, n], k = min(m, n), computed in

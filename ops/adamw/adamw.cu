@@ -22,7 +22,21 @@ struct AdamWBatch {            // 8-byte words: the Go side writes words
     const float* grad_scale;  // null, or the gradients' scale (divided out)
     const float* found_inf;   // null, or nonzero to skip the step
     AdamWScalars h;
+    // capturable steps: tensor t's step number is steps[t] (and lr *lr, or
+    // lr_value where lr is null), read here; null steps: h is complete
+    const float* steps;
+    const float* lr;
+    float lr_value, weight_decay, beta1, beta2;
 };
+
+// The scalars that depend on the step number and lr, formed on the device
+// in float32 as PyTorch's capturable AdamW forms them.
+MC_DEVICE void adamw_device_scalars(AdamWScalars& h, const AdamWBatch& b, int t) {
+    float lr = b.lr ? *b.lr : b.lr_value, step = b.steps[t];
+    h.decay = 1.f - lr * b.weight_decay;
+    h.step_size = lr / (1.f - powf(b.beta1, step));
+    h.bc2_sqrt = sqrtf(1.f - powf(b.beta2, step));
+}
 
 // one element of the step (m, v, vmax updated in place; returns the param),
 // PyTorch's expressions in its order
@@ -54,6 +68,7 @@ template <class D> __device__ void adamw_step(const AdamWBatch& b) {
     float *m = b.m[t], *v = b.v[t], *vmax = b.vmax[t];
     if (b.found_inf && *b.found_inf != 0.f) return;  // an inf or NaN gradient: no update
     AdamWScalars h = b.h;
+    if (b.steps) adamw_device_scalars(h, b, t);
     if (b.grad_scale) h.sign /= *b.grad_scale;
     // four elements per thread with 16-byte state accesses where every
     // pointer allows it (chunks start at multiples of 4096 elements)

@@ -349,42 +349,78 @@ type Scaling struct{ GradScale, FoundInf *core.Tensor }
 
 // views validates the scaling tensors against the call's device.
 func (s Scaling) views(dev *core.View) (scale, inf *core.View, err error) {
-	one := func(name string, t *core.Tensor) (*core.View, error) {
-		if t == nil {
-			return nil, nil
+	if s.GradScale != nil {
+		if scale, err = deviceScalars(dev, "grad_scale", s.GradScale, 1); err != nil {
+			return nil, nil, err
 		}
-		v := new(core.View)
-		if err := core.Check(v, name, t); err != nil {
-			return nil, err
-		}
-		if err := core.WantDType(v, core.F32); err != nil {
-			return nil, err
-		}
-		if v.N != 1 {
-			return nil, core.Errorf(core.ErrInvalidArgument, "%s has %d elements, must have 1", name, v.N)
-		}
-		if err := core.SameDevice(dev, v); err != nil {
-			return nil, err
-		}
-		return v, core.CheckOwned(v)
 	}
-	if scale, err = one("grad_scale", s.GradScale); err != nil {
-		return nil, nil, err
+	if s.FoundInf != nil {
+		inf, err = deviceScalars(dev, "found_inf", s.FoundInf, 1)
 	}
-	inf, err = one("found_inf", s.FoundInf)
 	return scale, inf, err
 }
 
+// deviceScalars validates t as a contiguous float32 tensor of n elements on
+// dev's device.
+func deviceScalars(dev *core.View, name string, t *core.Tensor, n int) (*core.View, error) {
+	v := new(core.View)
+	if err := core.Check(v, name, t); err != nil {
+		return nil, err
+	}
+	if err := core.WantDType(v, core.F32); err != nil {
+		return nil, err
+	}
+	if v.N != n {
+		return nil, core.Errorf(core.ErrInvalidArgument, "%s has %d elements, must have %d", name, v.N, n)
+	}
+	if err := core.WantContiguous(v); err != nil {
+		return nil, err
+	}
+	if err := core.SameDevice(dev, v); err != nil {
+		return nil, err
+	}
+	return v, core.CheckOwned(v)
+}
+
+// Capture is a capturable step's device-resident arguments (PyTorch's
+// AdamW(capturable=True)): Steps, a float32 tensor of one element per
+// tensor of the lists, holds each tensor's step number (the step being
+// taken: the caller advances it before the call); LR, a float32 tensor of
+// one element, or nil for the config's lr. Both on the call's device, read
+// by the kernel, so a step captured in a CUDA graph replays with the values
+// they hold then. The config's step is not used.
+type Capture struct{ Steps, LR *core.Tensor }
+
+// dynamic is a capturable step's validated arguments.
+type dynamic struct {
+	steps, lr                    *core.View
+	lrValue, decay, beta1, beta2 float32 // lr (where lr is nil), weight decay, betas
+}
+
 // step takes the step on one device type: h the step's scalars, groups the
-// validated tensors, scale and inf the optional gradient scaling (on the
-// call's device).
-var step = core.NewDispatch[func(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, enc unsafe.Pointer) error]("adamw step")
+// validated tensors, scale and inf the optional gradient scaling, dyn the
+// capturable step's arguments or nil (all on the call's device).
+var step = core.NewDispatch[func(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, dyn *dynamic, enc unsafe.Pointer) error]("adamw step")
 
 // Step takes one AdamW step on every tensor of the lists.
 func Step(c *Config, l Lists, enc unsafe.Pointer) error { return StepScaled(c, l, Scaling{}, enc) }
 
 // StepScaled is Step with gradient scaling (s's tensors may be nil).
 func StepScaled(c *Config, l Lists, s Scaling, enc unsafe.Pointer) error {
+	return stepWith(c, l, s, nil, enc)
+}
+
+// StepCapturable is StepScaled with the step numbers and lr on the device.
+func StepCapturable(c *Config, l Lists, s Scaling, cp Capture, enc unsafe.Pointer) error {
+	if c != nil {
+		withStep := *c
+		withStep.Step = 1 // not used: each tensor's step comes from cp.Steps
+		c = &withStep
+	}
+	return stepWith(c, l, s, &cp, enc)
+}
+
+func stepWith(c *Config, l Lists, s Scaling, cp *Capture, enc unsafe.Pointer) error {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	groups, err := validate(c, l, enc, sc)
@@ -399,13 +435,41 @@ func StepScaled(c *Config, l Lists, s Scaling, enc unsafe.Pointer) error {
 		}
 	}
 	scale, inf, err := s.views(&dev)
-	if err != nil || len(groups) == 0 {
+	if err != nil {
 		return err
+	}
+	var dyn *dynamic
+	if cp != nil {
+		if dyn, err = cp.views(&dev, c, len(groups)); err != nil {
+			return err
+		}
+	}
+	if len(groups) == 0 {
+		return nil
 	}
 	f, err := step.For(sc.device.typ)
 	if err != nil {
 		return err
 	}
 	h := scalars(c)
-	return f(&h, groups, int(sc.device.id), scale, inf, enc)
+	return f(&h, groups, int(sc.device.id), scale, inf, dyn, enc)
+}
+
+// views validates a capturable step's tensors against the call's device and
+// its n tensors.
+func (cp *Capture) views(dev *core.View, c *Config, n int) (*dynamic, error) {
+	d := &dynamic{lrValue: float32(c.LR), decay: float32(c.WeightDecay), beta1: float32(c.Beta1), beta2: float32(c.Beta2)}
+	var err error
+	if cp.Steps == nil {
+		return nil, core.Errorf(core.ErrInvalidArgument, "steps is NULL")
+	}
+	if d.steps, err = deviceScalars(dev, "steps", cp.Steps, n); err != nil {
+		return nil, err
+	}
+	if cp.LR != nil {
+		if d.lr, err = deviceScalars(dev, "lr", cp.LR, 1); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }

@@ -377,8 +377,93 @@ func TestScaledStep(t *testing.T) {
 	})
 }
 
-func cpuScalar() *core.Tensor {
-	one := int64(1)
-	v := []float32{1}
-	return &core.Tensor{Data: unsafe.Pointer(&v[0]), DeviceType: core.DeviceCPU, NDim: 1, Code: 2, Bits: 32, Lanes: 1, Shape: &one}
+func cpuScalar() *core.Tensor { return cpuVector(1) }
+
+// cpuVector is a float32 CPU tensor of n ones, whatever device tu.New
+// places tensors on.
+func cpuVector(n int) *core.Tensor {
+	shape := int64(n)
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = 1
+	}
+	return &core.Tensor{Data: unsafe.Pointer(&v[0]), DeviceType: core.DeviceCPU, NDim: 1, Code: 2, Bits: 32, Lanes: 1, Shape: &shape}
+}
+
+// A capturable step (step numbers, one per tensor, and lr read from
+// tensors on the call's device) steps each tensor as Step does with that
+// tensor's step number and lr, within float32's rounding of the scalars
+// (formed in float32 there, float64 here); without an lr tensor the
+// config's lr is used; found_inf skips it; bad step or lr tensors are
+// refused with nothing written.
+func TestCapturableStep(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T) {
+		for _, dt := range tu.DTypes {
+			for _, withLR := range []bool{true, false} {
+				cfg := Config{LR: 3e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}
+				lr := 1e-2
+				if withLR {
+					cfg.LR = 0.5 // must not be used
+				} else {
+					lr = cfg.LR
+				}
+				ref, got := newSet(t, dt, sizes, false), newSet(t, dt, sizes, false)
+				rng := tu.RNG(t)
+				steps := make([]float64, len(sizes))
+				for i := range sizes {
+					got.p[i].Set(ref.p[i].Values())
+					got.g[i].Set(ref.g[i].Rand(rng, 1))
+					for _, pair := range [][2]*tu.Tensor{{ref.m[i], got.m[i]}, {ref.v[i], got.v[i]}} {
+						vals := pair[0].Rand(rng, 0.1)
+						for j := range vals {
+							vals[j] = math.Abs(vals[j]) // a second moment is never negative
+						}
+						pair[0].Set(vals)
+						pair[1].Set(vals)
+					}
+					steps[i] = float64(1 + 3*(i%3)) // steps 1, 4, 7: tensors of one call may differ
+					one := Config{LR: lr, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay, Step: int64(steps[i])}
+					l := Lists{N: 1, Params: list(ref.pp[i : i+1]), Grads: list(ref.gp[i : i+1]), ExpAvgs: list(ref.mp[i : i+1]),
+						ExpAvgSqs: list(ref.vp[i : i+1])}
+					require.NoError(t, Step(&one, l, nil))
+				}
+				stepT := tu.New(core.F32, []int64{int64(len(sizes))}).Set(steps)
+				cp := Capture{Steps: stepT.Ptr()}
+				if withLR {
+					cp.LR = tu.New(core.F32, []int64{1}).Set([]float64{lr}).Ptr()
+				}
+				zero := tu.New(core.F32, []int64{1}).Set([]float64{0})
+				require.NoError(t, StepCapturable(&cfg, got.lists(), Scaling{FoundInf: zero.Ptr()}, cp, nil))
+				for i := range sizes {
+					what := fmt.Sprintf("%s lr tensor %v params[%d]", dt, withLR, i)
+					tu.Close(t, what, got.p[i].Values(), ref.p[i].Values(), tu.Tol(dt))
+					tu.Close(t, what+" exp_avg", got.m[i].Values(), ref.m[i].Values(), 1e-6)
+					tu.Close(t, what+" exp_avg_sq", got.v[i].Values(), ref.v[i].Values(), 1e-6)
+				}
+				inf := tu.New(core.F32, []int64{1}).Set([]float64{1})
+				before := got.bytes()
+				require.NoError(t, StepCapturable(&cfg, got.lists(), Scaling{FoundInf: inf.Ptr()}, cp, nil))
+				require.Equal(t, before, got.bytes(), "found_inf set, but something was written")
+				for name, bad := range map[string]struct {
+					cp   Capture
+					want core.Status
+				}{
+					"no steps":         {Capture{LR: cp.LR}, core.ErrInvalidArgument},
+					"too few steps":    {Capture{Steps: tu.New(core.F32, []int64{int64(len(sizes) - 1)}).Ptr()}, core.ErrInvalidArgument},
+					"float16 steps":    {Capture{Steps: tu.New(core.F16, []int64{int64(len(sizes))}).Ptr()}, core.ErrUnsupportedDType},
+					"two-element lr":   {Capture{Steps: cp.Steps, LR: tu.New(core.F32, []int64{2}).Ptr()}, core.ErrInvalidArgument},
+					"strided steps":    {Capture{Steps: tu.New(core.F32, []int64{int64(len(sizes)), 1}, tu.RowPad(1)).Ptr()}, core.ErrUnsupportedLayout},
+					"steps on the CPU": {Capture{Steps: cpuVector(len(sizes))}, core.ErrInvalidArgument},
+				} {
+					if name == "steps on the CPU" && !tu.OnCUDA() {
+						continue // CPU tensors are the call's device there
+					}
+					err := StepCapturable(&cfg, got.lists(), Scaling{}, bad.cp, nil)
+					require.Error(t, err, name)
+					require.Equal(t, bad.want, tu.Status(t, err), "%s: %v", name, err)
+					require.Equal(t, before, got.bytes(), name)
+				}
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package adamw
 
 import (
+	"math"
 	"sort"
 	"unsafe"
 
@@ -12,16 +13,43 @@ import (
 func init() { step.Register(core.DeviceCPU, stepCPU) }
 
 // stepCPU reads the scaling on the host: an inf or NaN gradient somewhere
-// skips the step, the scale divides the gradients.
-func stepCPU(h *simd.AdamW, groups []group, _ int, scale, inf *core.View, _ unsafe.Pointer) error {
+// skips the step, the scale divides the gradients. A capturable step's
+// tensors are stepped in sets of one step number, each with its scalars.
+func stepCPU(h *simd.AdamW, groups []group, _ int, scale, inf *core.View, dyn *dynamic, _ unsafe.Pointer) error {
 	if inf != nil && *(*float32)(inf.Base) != 0 {
 		return nil
 	}
 	if scale != nil {
 		h.Sign /= *(*float32)(scale.Base)
 	}
-	stepRanges(h, groups)
+	if dyn == nil {
+		stepRanges(h, groups)
+		return nil
+	}
+	steps := cpu.Float32s(dyn.steps.Base, len(groups))
+	lr := dyn.lrValue
+	if dyn.lr != nil {
+		lr = *(*float32)(dyn.lr.Base)
+	}
+	bySteps := map[float32][]group{}
+	for i, g := range groups {
+		bySteps[steps[i]] = append(bySteps[steps[i]], g)
+	}
+	for n, set := range bySteps {
+		hs := stepScalars(*h, lr, n, dyn)
+		stepRanges(&hs, set)
+	}
 	return nil
+}
+
+// stepScalars are h with the scalars that depend on the step number and
+// lr formed as the CUDA kernel forms them (adamw_device_scalars): in
+// float32, as PyTorch's capturable step does.
+func stepScalars(h simd.AdamW, lr, step float32, dyn *dynamic) simd.AdamW {
+	h.Decay = 1 - lr*dyn.decay
+	h.StepSize = lr / (1 - float32(math.Pow(float64(dyn.beta1), float64(step))))
+	h.BC2Sqrt = float32(math.Sqrt(float64(1 - float32(math.Pow(float64(dyn.beta2), float64(step))))))
+	return h
 }
 
 // stepRanges splits the concatenation of all tensors into equal element ranges

@@ -19,8 +19,9 @@ func init() {
 }
 
 // The batch layout of adamw.cu: five pointer arrays, sizes, block prefix,
-// count, the grad scale and found-inf pointers, then eight float32 scalars
-// in four 8-byte words.
+// count, the grad scale and found-inf pointers, eight float32 scalars in
+// four 8-byte words, then the capturable step's steps and lr pointers and
+// four float32 values in two words.
 const (
 	batchMax    = 512
 	chunkElems  = 4096
@@ -29,12 +30,20 @@ const (
 	scaleWord   = countWord + 1
 	foundWord   = countWord + 2
 	firstScalar = countWord + 3
-	batchWords  = firstScalar + scalarWords
+	stepsWord   = firstScalar + scalarWords
+	lrWord      = stepsWord + 1
+	dynWord     = lrWord + 1
+	batchWords  = dynWord + 2
 )
+
+// twoFloats is an 8-byte word holding a and b.
+func twoFloats(a, b float32) uint64 {
+	return uint64(math.Float32bits(a)) | uint64(math.Float32bits(b))<<32
+}
 
 // stepCUDA launches adamw_step once per batch of up to batchMax tensors, on
 // the caller's stream; the tensor list travels in the kernel parameter.
-func stepCUDA(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, enc unsafe.Pointer) error {
+func stepCUDA(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, dyn *dynamic, enc unsafe.Pointer) error {
 	var words [batchWords]uint64
 	for start := 0; start < len(groups); start += batchMax {
 		batch := groups[start:min(start+batchMax, len(groups))]
@@ -55,7 +64,12 @@ func stepCUDA(h *simd.AdamW, groups []group, dev int, scale, inf *core.View, enc
 		words[scaleWord], words[foundWord] = cuda.View(scale), cuda.View(inf)
 		scalars := [2 * scalarWords]float32{h.Sign, h.Decay, h.OneMinusBeta1, h.Beta2, h.OneMinusBeta2, h.StepSize, h.BC2Sqrt, h.Eps}
 		for i := range scalarWords {
-			words[firstScalar+i] = uint64(math.Float32bits(scalars[2*i])) | uint64(math.Float32bits(scalars[2*i+1]))<<32
+			words[firstScalar+i] = twoFloats(scalars[2*i], scalars[2*i+1])
+		}
+		if dyn != nil { // this batch's steps start at its first tensor's
+			words[stepsWord] = cuda.Ptr(unsafe.Add(dyn.steps.Base, 4*start))
+			words[lrWord] = cuda.View(dyn.lr)
+			words[dynWord], words[dynWord+1] = twoFloats(dyn.lrValue, dyn.decay), twoFloats(dyn.beta1, dyn.beta2)
 		}
 		if err := cuda.LaunchStruct(dev, enc, cuda.Kernel("adamw_step", batch[0].dt), int(blocks), 256, words[:]); err != nil {
 			return cuda.Backend(err)

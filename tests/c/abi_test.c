@@ -34,7 +34,7 @@ static int failures;
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
-    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled)
+    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -320,11 +320,33 @@ static void check_adamw(void) {
     }
     CHECK(p_mc_adamw_step_scaled(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, &scale.t, &inf.t, NULL) ==
               MC_OK, "scaled adamw: %s", p_mc_last_error());
+    for (int i = 0; i < 3; i++) expect_close("scaled adamw param", &p[i], want[i], F32, 1);
+    /* capturable: the step numbers (and lr) from tensors; the config's step
+     * and lr are not used where they are given */
+    tensor steps = make(F32, 1, 0, 3), lr = make(F32, 1, 0, 1);
     for (int i = 0; i < 3; i++) {
-        expect_close("scaled adamw param", &p[i], want[i], F32, 1);
-        free(want[i]), free(start[i]), free(p[i].mem), free(g[i].mem), free(m[i].mem), free(v[i].mem);
+        set(&steps, i, (float)cfg.step);
+        memcpy(p[i].mem, start[i], (size_t)sizes[i] * 4);
+        for (int64_t j = 0; j < sizes[i]; j++) set(&m[i], j, 0), set(&v[i], j, 0);
     }
-    free(scale.mem), free(inf.mem), free(before);
+    set(&lr, 0, (float)cfg.lr);
+    mc_adamw_config wrong = cfg;
+    wrong.step = 1000, wrong.lr = 0.5;
+    CHECK(p_mc_adamw_step_capturable(&wrong, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, &scale.t, &inf.t,
+                                     &steps.t, &lr.t, NULL) == MC_OK,
+          "capturable adamw: %s", p_mc_last_error());
+    for (int i = 0; i < 3; i++) expect_close("capturable adamw param", &p[i], want[i], F32, 1);
+    memcpy(before, p[2].mem, (size_t)p[2].n * 4);
+    expect_failure("capturable adamw without steps",
+                   p_mc_adamw_step_capturable(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, NULL, NULL, NULL,
+                                              NULL, NULL),
+                   MC_ERR_INVALID_ARGUMENT, "steps is NULL", &p[2], before);
+    expect_failure("capturable adamw, one step for three tensors",
+                   p_mc_adamw_step_capturable(&cfg, 3, pp, (const mc_tensor* const*)gp, mp, vp, NULL, NULL, NULL,
+                                              &lr.t, NULL, NULL),
+                   MC_ERR_INVALID_ARGUMENT, "steps has 1 elements, must have 3", &p[2], before);
+    for (int i = 0; i < 3; i++) free(want[i]), free(start[i]), free(p[i].mem), free(g[i].mem), free(m[i].mem), free(v[i].mem);
+    free(scale.mem), free(inf.mem), free(steps.mem), free(lr.mem), free(before);
 }
 
 /* QR of a 5x3 matrix: q r reproduces a, q's columns orthonormal. */

@@ -25,6 +25,7 @@ __device__ float fminf(float, float);
 __device__ float fmaf(float, float, float);
 __device__ float rsqrtf(float);
 __device__ float sqrtf(float);
+__device__ float powf(float, float);
 __device__ float fabsf(float);
 __device__ float __fdividef(float, float);
 __device__ float __int_as_float(int);

@@ -244,6 +244,23 @@ def _(*args):
     return None
 
 
+@torch.library.custom_op("metalcore::adamw_step_capturable",
+                         mutates_args=("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"))
+def adamw_step_capturable(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor],
+                          exp_avg_sqs: List[Tensor], max_exp_avg_sqs: List[Tensor], grad_scale: Optional[Tensor],
+                          found_inf: Optional[Tensor], lr: float, beta1: float, beta2: float, eps: float,
+                          weight_decay: float, steps: Tensor, lr_tensor: Optional[Tensor], amsgrad: bool,
+                          maximize: bool) -> None:
+    from . import optim
+    optim.adamw_capturable_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, grad_scale,
+                                  found_inf, lr, beta1, beta2, eps, weight_decay, steps, lr_tensor, amsgrad, maximize)
+
+
+@adamw_step_capturable.register_fake
+def _(*args):
+    return None
+
+
 # The forward ops as _ops' functions call them (the first output only where
 # the op also returns what its backward keeps).
 OPS = (lambda x, weight, eps: rms_norm(x, weight, eps)[0],

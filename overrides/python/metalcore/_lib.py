@@ -9,8 +9,10 @@ import warnings
 
 import torch
 
-# The library major version this package is written for (its MC_VERSION_MAJOR).
-ABI_MAJOR = 0
+# The library version this package is written for (MC_VERSION_MAJOR, and the
+# MC_VERSION_MINOR that added the last function it calls): a library of
+# another major, or an older minor, is refused.
+ABI_MAJOR, ABI_MINOR = 0, 3
 
 log = logging.getLogger("metalcore")
 if os.environ.get("METALCORE_LOG", "").lower() == "debug":
@@ -47,9 +49,10 @@ def _find():
 lib = _find()
 path = lib._name
 lib.mc_version.restype = ctypes.c_int32
-if lib.mc_version() // 10000 != ABI_MAJOR:
-    raise ImportError(f"metalcore: {path} is version {lib.mc_version() // 10000}.{lib.mc_version() // 100 % 100}."
-                      f"{lib.mc_version() % 100}, but this package is written for major version {ABI_MAJOR}")
+_major, _minor = lib.mc_version() // 10000, lib.mc_version() // 100 % 100
+if _major != ABI_MAJOR or _minor < ABI_MINOR:
+    raise ImportError(f"metalcore: {path} is version {_major}.{_minor}.{lib.mc_version() % 100}, but this package "
+                      f"is written for version {ABI_MAJOR}.{ABI_MINOR} or a later {ABI_MAJOR}.x")
 
 
 class Tensor(ctypes.Structure):
@@ -117,6 +120,7 @@ _SIGNATURES = {
     "mc_silu_fwd": (_I32, [_T, _T, _P]), "mc_silu_bwd": (_I32, [_T, _T, _T, _P]),
     "mc_adamw_step": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _P]),
     "mc_adamw_step_scaled": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _T, _T, _P]),
+    "mc_adamw_step_capturable": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _T, _T, _T, _T, _P]),
     "mc_qr_workspace_size": (_I32, [_T, _I32, ctypes.POINTER(_I64)]),
     "mc_qr": (_I32, [_T, _I32, _T, _T, _T, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),

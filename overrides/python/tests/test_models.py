@@ -213,8 +213,10 @@ def test_adamw_keywords():
         metalcore.optim.AdamW(p, lr=1e-3, **kw)
     with pytest.raises(ValueError, match="differentiable"):
         metalcore.optim.AdamW(p, differentiable=True)
+    metalcore.optim.AdamW(p, capturable=True)
+    metalcore.optim.AdamW(p, lr=torch.tensor(1e-3), capturable=True)
     with pytest.raises(ValueError, match="capturable"):
-        metalcore.optim.AdamW(p, capturable=True)
+        metalcore.optim.AdamW(p, lr=torch.tensor(1e-3))
 
 
 class Wrapped(torch.Tensor):

@@ -89,3 +89,91 @@ def test_invalid_hyper_parameters_raise_like_torch():
             torch.optim.AdamW(p, **kw)
         with pytest.raises(ValueError):
             metalcore.optim.AdamW(p, **kw)
+
+
+def _grads_with_gaps(ps, steps):
+    """Random gradients, none for the second tensor on odd steps (its step
+    count then lags the others': tensors of one call take different steps)."""
+    return [[None if (i == 1 and s % 2) else torch.randn_like(p) for i, p in enumerate(ps)] for s in range(steps)]
+
+
+def _run_with_gaps(opt, ps, grads):
+    for gs in grads:
+        for p, g in zip(ps, gs):
+            p.grad = None if g is None else g.to(p.dtype)
+        opt.step()
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_capturable_trajectory_matches_torch(device, tensor_lr):
+    kw = dict(weight_decay=0.1, amsgrad=True)
+    ours, theirs = params(device, torch.float32), params(device, torch.float32)
+    ours.append(torch.randn(5, device=device, dtype=torch.float64, requires_grad=True))  # PyTorch's arithmetic
+    theirs.append(ours[-1].detach().clone().requires_grad_())
+    grads = _grads_with_gaps(ours, 12)
+    lr = torch.tensor(1e-2, device=device) if tensor_lr else 1e-2
+    opt = metalcore.optim.AdamW(ours, lr=lr, capturable=True, **kw)
+    _run_with_gaps(opt, ours, grads)
+    _run_with_gaps(torch.optim.AdamW(theirs, lr=1e-2, **kw), theirs, grads)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    steps = [opt.state[p]["step"] for p in ours if p.numel() or p in opt.state]
+    assert all(s.device == ours[0].device and s.dtype == torch.float32 for s in steps)
+    assert sorted({float(s) for s in steps}) == [6.0, 12.0]
+
+
+def test_capturable_found_inf_skips_everything(device):
+    ps = params(device, torch.float32)
+    opt = metalcore.optim.AdamW(ps, lr=1e-2, capturable=True)
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    before = [p.detach().clone() for p in ps] + [opt.state[p]["exp_avg"].clone() for p in ps]
+    steps = [opt.state[p]["step"].clone() for p in ps]
+    inf = torch.ones(1, device=device)
+    opt.step(grad_scale=torch.full((1,), 4.0, device=device), found_inf=inf)
+    after = [p.detach() for p in ps] + [opt.state[p]["exp_avg"] for p in ps]
+    for a, b in zip(after, before):
+        assert torch.equal(a, b)
+    for p, s in zip(ps, steps):
+        assert torch.equal(opt.state[p]["step"], s)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or "cuda" not in metalcore.backends(), reason="needs CUDA")
+def test_capturable_step_in_a_cuda_graph():
+    """A step captured once and replayed matches eager steps, with the lr
+    changed between replays through its tensor."""
+    torch.manual_seed(0)
+    ps = [torch.randn(s, device="cuda", requires_grad=True) for s in ((64, 33), (7,), (4096,))]
+    ref = [p.detach().clone().requires_grad_() for p in ps]
+    lr = torch.tensor(1e-2, device="cuda")
+    opt = metalcore.optim.AdamW(ps, lr=lr, capturable=True, weight_decay=0.1)
+    eager = metalcore.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    static = [torch.randn_like(p) for p in ps]
+    for p, g in zip(ps, static):
+        p.grad = g
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the graph: state made, kernels loaded
+        opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    for p, g in zip(ref, static):
+        p.grad = g.clone()
+    eager.step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    for i in range(5):
+        new = [torch.randn_like(p) for p in ps]
+        for g, n in zip(static, new):
+            g.copy_(n)
+        lr.fill_(1e-2 / (i + 1))
+        eager.param_groups[0]["lr"] = 1e-2 / (i + 1)
+        graph.replay()
+        for p, n in zip(ref, new):
+            p.grad = n
+        eager.step()
+    torch.cuda.synchronize()
+    for a, b in zip(ps, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert float(opt.state[ps[0]]["step"]) == 6.0
