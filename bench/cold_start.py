@@ -53,6 +53,8 @@ def main():
             with tempfile.TemporaryDirectory() as home:
                 cold = run(lib, what, home)
                 n = files_under(home)
+                left = sorted(os.path.relpath(os.path.join(d, f), home) for d, _, fs in os.walk(home) for f in fs)
+                print(f"{os.path.basename(lib)} {what}: left in HOME {left[:4]}{' ...' if len(left) > 4 else ''}")
                 warm = run(lib, what, home)
             lines.append(f"| {os.path.basename(lib)} | {label} | {cold:.2f} | {warm:.2f} | {n} |")
             print(lines[-1], flush=True)

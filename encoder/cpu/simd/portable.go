@@ -106,7 +106,7 @@ var Portable = Table{
 			dst[i] += s * v
 		}
 	},
-	AdamW:        adamW,
+	AdamW: adamW,
 	VtC: func(w, v []float32, jb int, c []float32, ld, rows, cw int) {
 		clear(w[:jb*cw])
 		for r := range rows {
