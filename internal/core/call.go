@@ -2,13 +2,16 @@ package core
 
 import (
 	"math"
+	"sync"
 	"unsafe"
 )
 
 // Call validates one op call. Arguments are registered in order; the first
 // failure is kept and later checks are skipped, so an op reads as a flat
-// list of requirements ending in Done. It holds no pointer into itself, so
-// an op's Call stays on its stack (a call allocates nothing on the heap).
+// list of requirements ending in Done. Ops take one from NewCall and give
+// it back with Free: its views are handed to the device's implementation
+// through a function value, which escape analysis cannot see through, so a
+// Call on the op's stack would be moved to the heap on every call.
 type Call struct {
 	err      error
 	views    [maxArgs]View
@@ -19,6 +22,18 @@ type Call struct {
 }
 
 const maxArgs = 10
+
+var calls = sync.Pool{New: func() any { return new(Call) }}
+
+// NewCall is an empty Call from a pool.
+func NewCall() *Call { return calls.Get().(*Call) }
+
+// Free empties c and returns it to the pool; nothing may use c or its views
+// afterwards.
+func (c *Call) Free() {
+	*c = Call{}
+	calls.Put(c)
+}
 
 func (c *Call) add(name string, t *Tensor, optional, output bool) *View {
 	if c.err != nil || (optional && t == nil) {

@@ -37,17 +37,39 @@ func checkApproximate(a int32) error {
 	return nil
 }
 
+// The passes, each naming its CUDA kernel (one kernel per GELU form, so
+// that neither form's registers limit the other's occupancy) and picking its
+// CPU primitive; package-level, so a call builds no closure or name.
+type (
+	unaryPass struct {
+		kernel string
+		pick   func(*simd.Table) func(dst, x []float32)
+	}
+	gradPass struct {
+		kernel string
+		pick   func(*simd.Table) func(dst, dy, x []float32)
+	}
+)
+
+var (
+	geluFwd = [2]unaryPass{
+		GeluErf:  {"gelu_fwd", func(k *simd.Table) func(dst, x []float32) { return k.GeluErf }},
+		GeluTanh: {"gelu_tanh_fwd", func(k *simd.Table) func(dst, x []float32) { return k.GeluTanh }},
+	}
+	geluBwd = [2]gradPass{
+		GeluErf:  {"gelu_bwd", func(k *simd.Table) func(dst, dy, x []float32) { return k.GeluErfGrad }},
+		GeluTanh: {"gelu_tanh_bwd", func(k *simd.Table) func(dst, dy, x []float32) { return k.GeluTanhGrad }},
+	}
+	siluFwd = unaryPass{"silu_fwd", func(k *simd.Table) func(dst, x []float32) { return k.Silu }}
+	siluBwd = gradPass{"silu_bwd", func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad }}
+)
+
 // GeluFwd: y = gelu(x).
 func GeluFwd(x *core.Tensor, approximate int32, y *core.Tensor, enc unsafe.Pointer) error {
 	if err := checkApproximate(approximate); err != nil {
 		return err
 	}
-	return forward(x, y, enc, geluKernel("fwd", approximate), func(k *simd.Table) func(dst, x []float32) {
-		if approximate == GeluTanh {
-			return k.GeluTanh
-		}
-		return k.GeluErf
-	})
+	return forward(x, y, enc, geluFwd[approximate])
 }
 
 // GeluBwd: dx = dy * gelu'(x).
@@ -55,59 +77,44 @@ func GeluBwd(dy, x *core.Tensor, approximate int32, dx *core.Tensor, enc unsafe.
 	if err := checkApproximate(approximate); err != nil {
 		return err
 	}
-	return backward(dy, x, dx, enc, geluKernel("bwd", approximate), func(k *simd.Table) func(dst, dy, x []float32) {
-		if approximate == GeluTanh {
-			return k.GeluTanhGrad
-		}
-		return k.GeluErfGrad
-	})
+	return backward(dy, x, dx, enc, geluBwd[approximate])
 }
 
 // SiluFwd: y = x * sigmoid(x).
-func SiluFwd(x, y *core.Tensor, enc unsafe.Pointer) error {
-	return forward(x, y, enc, "silu_fwd", func(k *simd.Table) func(dst, x []float32) { return k.Silu })
-}
+func SiluFwd(x, y *core.Tensor, enc unsafe.Pointer) error { return forward(x, y, enc, siluFwd) }
 
 // SiluBwd: dx = dy * silu'(x).
 func SiluBwd(dy, x, dx *core.Tensor, enc unsafe.Pointer) error {
-	return backward(dy, x, dx, enc, "silu_bwd", func(k *simd.Table) func(dst, dy, x []float32) { return k.SiluGrad })
-}
-
-// geluKernel is the CUDA kernel of GELU's pass ("fwd", "bwd") in the
-// approximation's form: one kernel per form, so that neither form's
-// registers limit the other's occupancy.
-func geluKernel(pass string, approximate int32) string {
-	if approximate == GeluTanh {
-		return "gelu_tanh_" + pass
-	}
-	return "gelu_" + pass
+	return backward(dy, x, dx, enc, siluBwd)
 }
 
 // forward validates a forward pass and runs its device's implementation.
-func forward(x, y *core.Tensor, enc unsafe.Pointer, kernel string, pick func(*simd.Table) func(dst, x []float32)) error {
-	var c core.Call
+func forward(x, y *core.Tensor, enc unsafe.Pointer, pass unaryPass) error {
+	c := core.NewCall()
+	defer c.Free()
 	xv := c.In("x", x)
 	yv := c.Out("y", y)
 	c.Check(func() error { return core.LikeX(xv, yv) })
 	c.AllowInPlace(yv, xv)
-	f, err := core.Validated(&c, enc, fwd)
+	f, err := core.Validated(c, enc, fwd)
 	if err != nil || xv.N == 0 {
 		return err
 	}
-	return f(xv, yv, kernel, pick, enc)
+	return f(xv, yv, pass.kernel, pass.pick, enc)
 }
 
 // backward validates a backward pass and runs its device's implementation.
-func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, kernel string, pick func(*simd.Table) func(dst, dy, x []float32)) error {
-	var c core.Call
+func backward(dy, x, dx *core.Tensor, enc unsafe.Pointer, pass gradPass) error {
+	c := core.NewCall()
+	defer c.Free()
 	dyv := c.In("dy", dy)
 	xv := c.In("x", x)
 	dxv := c.Out("dx", dx)
 	c.Check(func() error { return core.LikeX(xv, dyv, dxv) })
 	c.AllowInPlace(dxv, dyv)
-	f, err := core.Validated(&c, enc, bwd)
+	f, err := core.Validated(c, enc, bwd)
 	if err != nil || xv.N == 0 {
 		return err
 	}
-	return f(dyv, xv, dxv, kernel, pick, enc)
+	return f(dyv, xv, dxv, pass.kernel, pass.pick, enc)
 }

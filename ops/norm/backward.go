@@ -1,6 +1,7 @@
 package norm
 
 import (
+	"sync"
 	"unsafe"
 
 	"metalcore/internal/core"
@@ -41,8 +42,9 @@ func partialBlocks(x *core.View, perRow int, stream unsafe.Pointer) (int, error)
 // workspaceBytes is the workspace for `perRow` float32 partial rows of
 // width cols in each block.
 func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
-	var c core.Call
-	xv := rowInput(&c, "x", x)
+	c := core.NewCall()
+	defer c.Free()
+	xv := rowInput(c, "x", x)
 	if err := c.Done(nil); err != nil {
 		return 0, err
 	}
@@ -70,8 +72,17 @@ type bwdCall struct {
 	partials     int // row blocks, when gradients of w are requested
 }
 
+// bwdCalls keeps bwdCalls between calls (see core.NewCall).
+var bwdCalls = sync.Pool{New: func() any { return new(bwdCall) }}
+
+// free empties b and returns it to the pool.
+func (b *bwdCall) free() {
+	*b = bwdCall{}
+	bwdCalls.Put(b)
+}
+
 func newBwdCall(dy, x, weight, dx *core.Tensor) *bwdCall {
-	b := &bwdCall{}
+	b := bwdCalls.Get().(*bwdCall)
 	b.dy = rowInput(&b.Call, "dy", dy)
 	b.x = b.In("x", x)
 	b.w = b.OptIn("weight", weight)
@@ -122,6 +133,7 @@ func (b *bwdCall) grads(ws *core.Tensor, enc unsafe.Pointer, perRow int, names [
 // dweight = sum over rows of dy * x * rstd.
 func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc unsafe.Pointer) error {
 	b := newBwdCall(dy, x, weight, dx)
+	defer b.free()
 	rv := b.stats("rstd", rstd)
 	gs, wsv := b.grads(workspace, enc, 1, []string{"dweight"}, dweight)
 	f, err := core.Validated(&b.Call, enc, rmsnormBwd)
@@ -136,6 +148,7 @@ func RMSNormBwd(dy, x, weight, rstd, dx, dweight, workspace *core.Tensor, enc un
 // dbias = sum dy.
 func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core.Tensor, enc unsafe.Pointer) error {
 	b := newBwdCall(dy, x, weight, dx)
+	defer b.free()
 	mv := b.stats("mean", mean)
 	rv := b.stats("rstd", rstd)
 	gs, wsv := b.grads(workspace, enc, 2, []string{"dweight", "dbias"}, dweight, dbias)

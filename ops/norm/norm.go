@@ -41,8 +41,9 @@ var (
 
 // RMSNormFwd: y = x / sqrt(mean(x^2) + eps) * weight, rstd saved per row.
 func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc unsafe.Pointer) error {
-	var c core.Call
-	xv := rowInput(&c, "x", x)
+	c := core.NewCall()
+	defer c.Free()
+	xv := rowInput(c, "x", x)
 	wv := c.OptIn("weight", weight)
 	yv := c.Out("y", y)
 	rv := c.OptOut("rstd", rstd)
@@ -51,7 +52,7 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 	c.Check(func() error { return core.PerColumn(xv, wv) })
 	c.Check(func() error { return core.RowStats(rv, xv) })
 	c.AllowInPlace(yv, xv)
-	f, err := core.Validated(&c, enc, rmsnormFwd)
+	f, err := core.Validated(c, enc, rmsnormFwd)
 	if err != nil || xv.N == 0 {
 		return err
 	}
@@ -62,8 +63,9 @@ func RMSNormFwd(x, weight *core.Tensor, eps float32, y, rstd *core.Tensor, enc u
 // y = rmsnorm(residual_out) * weight. The statistics use the rounded sum,
 // so the result equals the unfused add followed by RMSNorm.
 func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residualOut, rstd *core.Tensor, enc unsafe.Pointer) error {
-	var c core.Call
-	xv := rowInput(&c, "x", x)
+	c := core.NewCall()
+	defer c.Free()
+	xv := rowInput(c, "x", x)
 	resv := c.In("residual", residual)
 	wv := c.OptIn("weight", weight)
 	yv := c.Out("y", y)
@@ -75,7 +77,7 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 	c.Check(func() error { return core.RowStats(rv, xv) })
 	c.AllowInPlace(yv, xv)
 	c.AllowInPlace(rov, resv)
-	f, err := core.Validated(&c, enc, fusedAddRMSNormFwd)
+	f, err := core.Validated(c, enc, fusedAddRMSNormFwd)
 	if err != nil || xv.N == 0 {
 		return err
 	}
@@ -84,8 +86,9 @@ func FusedAddRMSNormFwd(x, residual, weight *core.Tensor, eps float32, y, residu
 
 // LayerNormFwd: y = (x - mean) * rstd * weight + bias, mean and rstd saved.
 func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core.Tensor, enc unsafe.Pointer) error {
-	var c core.Call
-	xv := rowInput(&c, "x", x)
+	c := core.NewCall()
+	defer c.Free()
+	xv := rowInput(c, "x", x)
 	wv := c.OptIn("weight", weight)
 	bv := c.OptIn("bias", bias)
 	yv := c.Out("y", y)
@@ -97,7 +100,7 @@ func LayerNormFwd(x, weight, bias *core.Tensor, eps float32, y, mean, rstd *core
 	c.Check(func() error { return core.RowStats(mv, xv) })
 	c.Check(func() error { return core.RowStats(rv, xv) })
 	c.AllowInPlace(yv, xv)
-	f, err := core.Validated(&c, enc, layernormFwd)
+	f, err := core.Validated(c, enc, layernormFwd)
 	if err != nil || xv.N == 0 {
 		return err
 	}

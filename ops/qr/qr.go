@@ -74,7 +74,8 @@ func wantShape(v *core.View, want []int64) error {
 // keeps its matrix in its own scratch) nor for CUDA matrices up to 128
 // wide; float32 copies of the matrices (and of q) for larger CUDA ones.
 func WorkspaceSize(a *core.Tensor, mode int32) (int64, error) {
-	var c core.Call
+	c := core.NewCall()
+	defer c.Free()
 	av := c.In("a", a)
 	var s shapes
 	c.Check(func() (err error) { s, err = inputShapes(av, mode); return })
@@ -95,7 +96,8 @@ func workspaceBytes(av *core.View, s shapes, mode int32) (int64, error) {
 // QR factors every matrix of a: a = q r, q with orthonormal columns, r upper
 // triangular (LAPACK's signs: r's diagonal may be negative).
 func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Pointer) error {
-	var c core.Call
+	c := core.NewCall()
+	defer c.Free()
 	av := c.In("a", a)
 	var s shapes
 	c.Check(func() (err error) { s, err = inputShapes(av, mode); return })
@@ -127,7 +129,7 @@ func QR(a *core.Tensor, mode int32, q, r, workspace *core.Tensor, enc unsafe.Poi
 		return core.SameDType(av, qv)
 	})
 	c.Check(func() error { return core.WantContiguous(av, qv, rv) })
-	f, err := core.Validated(&c, enc, factorize)
+	f, err := core.Validated(c, enc, factorize)
 	if err != nil {
 		return err
 	}

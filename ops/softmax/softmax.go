@@ -19,7 +19,8 @@ var (
 // exponentials are computed once, into float32 (y itself when it is
 // float32), then scaled.
 func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
-	var c core.Call
+	c := core.NewCall()
+	defer c.Free()
 	xv := c.In("x", x)
 	yv := c.Out("y", y)
 	c.Check(func() error { return core.WantRows(xv) })
@@ -31,7 +32,7 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 		return core.SameDType(xv, yv)
 	})
 	c.AllowInPlace(yv, xv)
-	f, err := core.Validated(&c, enc, fwd)
+	f, err := core.Validated(c, enc, fwd)
 	if err != nil || xv.N == 0 {
 		return err
 	}
@@ -40,14 +41,15 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 
 // Bwd: dx = y * (dy - sum(dy * y)) per row; dx may be dy.
 func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
-	var c core.Call
+	c := core.NewCall()
+	defer c.Free()
 	dyv := c.In("dy", dy)
 	yv := c.In("y", y)
 	dxv := c.Out("dx", dx)
 	c.Check(func() error { return core.WantRows(dyv) })
 	c.Check(func() error { return core.LikeX(yv, dyv, dxv) })
 	c.AllowInPlace(dxv, dyv)
-	f, err := core.Validated(&c, enc, bwd)
+	f, err := core.Validated(c, enc, bwd)
 	if err != nil || yv.N == 0 {
 		return err
 	}
