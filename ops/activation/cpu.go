@@ -13,6 +13,14 @@ func init() {
 	bwd.Register(core.DeviceCPU, backwardCPU)
 }
 
+// Scratch buffer slots of a chunk: its first and second inputs and its
+// output, as float32.
+const (
+	bufA = iota
+	bufB
+	bufOut
+)
+
 func forwardCPU(xv, yv *core.View, kernel string, pick func(*simd.Table) func(dst, x []float32), _ unsafe.Pointer) error {
 	if xv.DType != core.F32 { // every 16-bit input has its answer in a table
 		elementwise(yv, xv, nil, forwardTable(tableFor(kernel, xv.DType), xv.DType, pick(&simd.Portable)))
@@ -38,8 +46,8 @@ type chunkFn func(o, a, b cpu.Span, off, m int, s *cpu.Scratch)
 // floatChunks runs f on float32 views of each chunk.
 func floatChunks(f func(dst, a, b []float32)) chunkFn {
 	return func(o, a, b cpu.Span, off, m int, s *cpu.Scratch) {
-		dst := o.Out(off, s.Buf(2, m))
-		f(dst, a.Load(off, s.Buf(0, m)), b.Load(off, s.Buf(1, m)))
+		dst := o.Out(off, s.Buf(bufOut, m))
+		f(dst, a.Load(off, s.Buf(bufA, m)), b.Load(off, s.Buf(bufB, m)))
 		o.Store(off, dst)
 	}
 }

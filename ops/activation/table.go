@@ -75,9 +75,9 @@ func gradTable(t *table, dt core.DType, f func(dst, dy, x []float32)) chunkFn {
 		f(t.grad[:], ones, x)
 	})
 	return func(o, a, b cpu.Span, off, m int, s *cpu.Scratch) {
-		g := s.Buf(2, m)
+		g := s.Buf(bufOut, m)
 		lookup(g, b.U16(off, m), t.grad)
-		cpu.K().Mul(g, g, a.Load(off, s.Buf(0, m)))
+		cpu.K().Mul(g, g, a.Load(off, s.Buf(bufA, m)))
 		o.Store(off, g)
 	}
 }

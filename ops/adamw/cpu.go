@@ -12,6 +12,13 @@ import (
 
 func init() { step.Register(core.DeviceCPU, stepCPU) }
 
+// Scratch buffer slots: a chunk of the parameter and of its gradient, as
+// float32.
+const (
+	bufParam = iota
+	bufGrad
+)
+
 // stepCPU reads the scaling on the host: an inf or NaN gradient somewhere
 // skips the step, the scale divides the gradients. A capturable step's
 // tensors are stepped in sets of one step number, each with its scalars.
@@ -70,8 +77,8 @@ func stepRanges(h *simd.AdamW, groups []group) {
 			for ; off < end; off += cpu.Chunk {
 				n := min(cpu.Chunk, end-off)
 				p := cpu.Span{P: g.p, DT: g.dt}
-				ps := p.Load(off, s.Buf(0, n))
-				gs := cpu.Span{P: g.g, DT: g.dt}.Load(off, s.Buf(1, n))
+				ps := p.Load(off, s.Buf(bufParam, n))
+				gs := cpu.Span{P: g.g, DT: g.dt}.Load(off, s.Buf(bufGrad, n))
 				state := func(q unsafe.Pointer) []float32 { return cpu.Float32s(q, g.n)[off : off+n] }
 				var vmax []float32
 				if g.vmax != nil {

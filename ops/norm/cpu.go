@@ -27,15 +27,22 @@ func init() {
 
 // Scratch buffer slots of the row kernels.
 const (
-	bufX = iota
-	bufDY
-	bufG
+	bufX   = iota // x's row (or the sum x + residual)
+	bufDY         // dy's row
+	bufG          // g = dy * w
+	bufSum        // a chunk of a gradient's column sum
+)
+
+// Call-level scratch slots (cpu.CallScratch): weight and bias as float32.
+const (
+	callWeight = iota
+	callBias
 )
 
 func rmsnormFwdCPU(xv, wv, _, yv, _, rv *core.View, eps float32, _ unsafe.Pointer) error {
 	vs, release := cpu.CallScratch()
 	defer release()
-	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, 0), xv.Cols
+	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, callWeight), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
@@ -61,7 +68,7 @@ func rmsnormFwdCPU(xv, wv, _, yv, _, rv *core.View, eps float32, _ unsafe.Pointe
 func fusedAddRMSNormFwdCPU(xv, resv, wv, yv, rov, rv *core.View, eps float32, _ unsafe.Pointer) error {
 	vs, release := cpu.CallScratch()
 	defer release()
-	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, 0), xv.Cols
+	rs, w, cols := rowStats(rv, xv.Rows), cpu.Vector(wv, vs, callWeight), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
@@ -113,7 +120,7 @@ func layernormFwdCPU(xv, wv, bv, yv, mv, rv *core.View, eps float32, _ unsafe.Po
 	ms, rs := rowStats(mv, xv.Rows), rowStats(rv, xv.Rows)
 	vs, release := cpu.CallScratch()
 	defer release()
-	w, b, cols := cpu.Vector(wv, vs, 0), cpu.Vector(bv, vs, 1), xv.Cols
+	w, b, cols := cpu.Vector(wv, vs, callWeight), cpu.Vector(bv, vs, callBias), xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
@@ -156,7 +163,7 @@ func meanRstd(shift, sum, sq float32, cols int, eps float32) (float32, float32) 
 func rmsnormBwdCPU(b *bwdCall, _, rv *core.View, gs []*core.View, wsv *core.View, _ unsafe.Pointer) error {
 	vs, release := cpu.CallScratch()
 	defer release()
-	cols, w, rs := b.x.Cols, cpu.Vector(b.w, vs, 0), rowStats(rv, b.x.Rows)
+	cols, w, rs := b.x.Cols, cpu.Vector(b.w, vs, callWeight), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		k, inv := cpu.K(), rs[r]
 		if dy16, x16, dx16, ok := b.bf16Rows(r); ok { // no float32 copies
@@ -183,7 +190,7 @@ func rmsnormBwdCPU(b *bwdCall, _, rv *core.View, gs []*core.View, wsv *core.View
 func layernormBwdCPU(b *bwdCall, mv, rv *core.View, gs []*core.View, wsv *core.View, _ unsafe.Pointer) error {
 	vs, release := cpu.CallScratch()
 	defer release()
-	cols, w := b.x.Cols, cpu.Vector(b.w, vs, 0)
+	cols, w := b.x.Cols, cpu.Vector(b.w, vs, callWeight)
 	ms, rs := rowStats(mv, b.x.Rows), rowStats(rv, b.x.Rows)
 	row := func(r int, partial []float32, s *cpu.Scratch) {
 		// xhat = (x - mu) * inv is never stored: each pass forms x - mu
@@ -272,7 +279,7 @@ func reduceRows(rows, cols, perRow int, ws *core.View, gs []*core.View, row func
 			dst := cpu.RowSpan(g, 0)
 			for off := lo; off < hi; off += cpu.Chunk {
 				n := min(cpu.Chunk, hi-off)
-				acc := s.Buf(0, n)
+				acc := s.Buf(bufSum, n)
 				copy(acc, partials[i*cols+off:])
 				for blk := 1; blk < blocks; blk++ {
 					q := partials[blk*stride+i*cols+off:][:n]

@@ -13,12 +13,19 @@ func init() {
 	bwd.Register(core.DeviceCPU, bwdCPU)
 }
 
+// Scratch buffer slots of the row kernels.
+const (
+	bufX  = iota // x's row (forward)
+	bufDY        // dy's row (backward)
+	bufY         // y's row (backward)
+)
+
 func fwdCPU(xv, yv *core.View, _ unsafe.Pointer) error {
 	cols := xv.Cols
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(0, cols))
+			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
 			y := cpu.RowSpan(yv, r)
 			e := y.Out(0, xs) // 16-bit: over x's float32 row, one buffer fewer in L1
 			if m := k.Max(xs); finite(m) {
@@ -47,8 +54,8 @@ func bwdCPU(dyv, yv, dxv *core.View, _ unsafe.Pointer) error {
 	cpu.Parallel(yv.Rows, cpu.RowGrain(cols), func(lo, hi int, s *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
-			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(0, cols))
-			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(1, cols))
+			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(bufDY, cols))
+			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(bufY, cols))
 			dx := cpu.RowSpan(dxv, r)
 			out := dx.Out(0, dys) // 16-bit: over dy's float32 row
 			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
