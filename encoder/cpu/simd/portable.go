@@ -4,11 +4,13 @@ import "math"
 
 // Portable is the pure-Go implementation: the fallback on every platform and
 // the tail loop of the vector ones.
-var Portable = Table{
-	Name:  "portable",
-	SumSq: sumSq,
-	Dot:   func(a, b []float32) float32 { return reduce(a, b, func(a, b float32) float32 { return a * b }) },
-	Max: func(x []float32) float32 {
+var Portable = portable()
+
+func portable() (t Table) {
+	t.Name = "portable"
+	t.SumSq = sumSq
+	t.Dot = func(a, b []float32) float32 { return reduce(a, b, func(a, b float32) float32 { return a * b }) }
+	t.Max = func(x []float32) float32 {
 		m := negInf
 		for _, v := range x {
 			if v > m || v != v {
@@ -16,25 +18,25 @@ var Portable = Table{
 			}
 		}
 		return m
-	},
-	ExpSum: func(dst, x []float32, m float32) float32 {
+	}
+	t.ExpSum = func(dst, x []float32, m float32) float32 {
 		for i, v := range x {
 			dst[i] = Exp32(v - m)
 		}
 		return sum(dst)
-	},
-	Add: func(dst, a, b []float32) {
+	}
+	t.Add = func(dst, a, b []float32) {
 		for i := range dst {
 			dst[i] = a[i] + b[i]
 		}
-	},
-	Mul: func(dst, a, b []float32) {
+	}
+	t.Mul = func(dst, a, b []float32) {
 		for i := range dst {
 			dst[i] = a[i] * b[i]
 		}
-	},
-	Normalize: NormalizeScalar,
-	BF16Rows: BF16Rows{
+	}
+	t.Normalize = NormalizeScalar
+	t.BF16Rows = BF16Rows{
 		SumSq: func(x []uint16) float32 { return sumSq(widenAll(x)) },
 		AddSumSq: func(dst, a, b []uint16) float32 {
 			var q float32
@@ -71,43 +73,43 @@ var Portable = Table{
 				dst[i] = F32ToBF16(v)
 			}
 		},
-	},
-	NormGrad: func(dst, g, x []float32, shift, c, d, s float32) {
+	}
+	t.NormGrad = func(dst, g, x []float32, shift, c, d, s float32) {
 		for i := range dst {
 			dst[i] = s * (g[i] - c*(x[i]-shift) - d)
 		}
-	},
-	SoftmaxGrad: func(dst, y, dy []float32, d float32) {
+	}
+	t.SoftmaxGrad = func(dst, y, dy []float32, d float32) {
 		for i := range dst {
 			dst[i] = y[i] * (dy[i] - d)
 		}
-	},
-	SumDot:      sumDot,
-	ShiftedSums: shiftedSums,
-	MulSumDot: func(g, a, w, b []float32, shift float32) (float32, float32) {
+	}
+	t.SumDot = sumDot
+	t.ShiftedSums = shiftedSums
+	t.MulSumDot = func(g, a, w, b []float32, shift float32) (float32, float32) {
 		for i := range g {
 			g[i] = a[i] * w[i]
 		}
 		return sumDot(g, b, shift)
-	},
-	AccMulSum: func(accAB, accA, a, b []float32, shift, scale float32) {
+	}
+	t.AccMulSum = func(accAB, accA, a, b []float32, shift, scale float32) {
 		for i := range accAB {
 			accAB[i] += a[i] * scale * (b[i] - shift)
 			accA[i] += a[i]
 		}
-	},
-	FMAcc: func(acc, a, b []float32, s float32) {
+	}
+	t.FMAcc = func(acc, a, b []float32, s float32) {
 		for i := range acc {
 			acc[i] += a[i] * b[i] * s
 		}
-	},
-	Axpy: func(dst, x []float32, s float32) {
+	}
+	t.Axpy = func(dst, x []float32, s float32) {
 		for i, v := range x[:len(dst)] {
 			dst[i] += s * v
 		}
-	},
-	AdamW: adamW,
-	VtC: func(w, v []float32, jb int, c []float32, ld, rows, cw int) {
+	}
+	t.AdamW = adamW
+	t.VtC = func(w, v []float32, jb int, c []float32, ld, rows, cw int) {
 		clear(w[:jb*cw])
 		for r := range rows {
 			row := c[r*ld : r*ld+cw]
@@ -117,8 +119,8 @@ var Portable = Table{
 				}
 			}
 		}
-	},
-	AddVW: func(c []float32, ld, rows, cw int, v []float32, jb int, w []float32) {
+	}
+	t.AddVW = func(c []float32, ld, rows, cw int, v []float32, jb int, w []float32) {
 		for r := range rows {
 			row := c[r*ld : r*ld+cw]
 			for p, s := range v[r*jb : (r+1)*jb] {
@@ -127,18 +129,19 @@ var Portable = Table{
 				}
 			}
 		}
-	},
-	Reflect:      reflect,
-	GeluErf:      unary(GeluErf32),
-	GeluTanh:     unary(GeluTanh32),
-	Silu:         unary(Silu32),
-	GeluErfGrad:  binary(GeluErfGrad32),
-	GeluTanhGrad: binary(GeluTanhGrad32),
-	SiluGrad:     binary(SiluGrad32),
-	BF16ToF32:    widen(BF16ToF32),
-	F16ToF32:     widen(F16ToF32),
-	F32ToBF16:    narrow(F32ToBF16),
-	F32ToF16:     narrow(F32ToF16),
+	}
+	t.Reflect = reflect
+	t.GeluErf = unary(GeluErf32)
+	t.GeluTanh = unary(GeluTanh32)
+	t.Silu = unary(Silu32)
+	t.GeluErfGrad = binary(GeluErfGrad32)
+	t.GeluTanhGrad = binary(GeluTanhGrad32)
+	t.SiluGrad = binary(SiluGrad32)
+	t.BF16ToF32 = widen(BF16ToF32)
+	t.F16ToF32 = widen(F16ToF32)
+	t.F32ToBF16 = narrow(F32ToBF16)
+	t.F32ToF16 = narrow(F32ToF16)
+	return t
 }
 
 var negInf = float32(math.Inf(-1))

@@ -7,10 +7,25 @@
 // conversions round to nearest even and keep NaN a NaN.
 package simd
 
-// Table is one implementation of every primitive.
+// Table is one implementation of every primitive, grouped by the families
+// that use them; the groups are embedded, so a kernel names a primitive
+// directly (k.SumSq, k.GeluErf).
 type Table struct {
 	Name string
+	Reductions
+	RowMath
+	// BF16Rows are row passes that read (and Normalize writes) bfloat16
+	// directly: widening is a shift and fuses into the pass, where a
+	// float32 copy of the row would cost two more passes.
+	BF16Rows BF16Rows
+	Activations
+	AdamWStep
+	QRKernels
+	Conversions
+}
 
+// Reductions are the row reductions (the norms' and softmax's statistics).
+type Reductions struct {
 	SumSq func(x []float32) float32
 	Max   func(x []float32) float32
 	Dot   func(a, b []float32) float32
@@ -24,7 +39,10 @@ type Table struct {
 	// ExpSum stores dst = exp(x - m) and returns its sum; m is finite and
 	// at least every x (a row's maximum), and x holds no NaN.
 	ExpSum func(dst, x []float32, m float32) float32
+}
 
+// RowMath are the elementwise passes of the norms and softmax.
+type RowMath struct {
 	Add func(dst, a, b []float32) // dst = a + b
 	Mul func(dst, a, b []float32) // dst = a * b
 	// Normalize is dst = (x - mean) * rstd * w + b; w and b may be nil.
@@ -39,6 +57,27 @@ type Table struct {
 	// AccMulSum is accAB += a * (b - shift) * scale and accA += a, in one
 	// pass.
 	AccMulSum func(accAB, accA, a, b []float32, shift, scale float32)
+}
+
+// Activations are GELU's two forms and SiLU, forward and backward.
+type Activations struct {
+	GeluErf      func(dst, x []float32)
+	GeluTanh     func(dst, x []float32)
+	Silu         func(dst, x []float32)
+	GeluErfGrad  func(dst, dy, x []float32)
+	GeluTanhGrad func(dst, dy, x []float32)
+	SiluGrad     func(dst, dy, x []float32)
+}
+
+// AdamWStep is the optimizer's elementwise step.
+type AdamWStep struct {
+	// AdamW takes one AdamW step in place on param p with gradient g and
+	// moments m, v (vmax: the running maximum of v under amsgrad, else nil).
+	AdamW func(h *AdamW, p, g, m, v, vmax []float32)
+}
+
+// QRKernels are Householder QR's primitives.
+type QRKernels struct {
 	// Axpy is dst += s * x.
 	Axpy func(dst, x []float32, s float32)
 	// Reflect applies the Householder reflector I - tau*v*v^T from the left
@@ -57,22 +96,10 @@ type Table struct {
 	// many matrices at once, one per lane. Nil in the portable table.
 	Lanes   int
 	QRLanes func(a []float32, m, n int, q []float32, qCols int, scratch []float32)
-	// AdamW takes one AdamW step in place on param p with gradient g and
-	// moments m, v (vmax: the running maximum of v under amsgrad, else nil).
-	AdamW func(h *AdamW, p, g, m, v, vmax []float32)
+}
 
-	GeluErf      func(dst, x []float32)
-	GeluTanh     func(dst, x []float32)
-	Silu         func(dst, x []float32)
-	GeluErfGrad  func(dst, dy, x []float32)
-	GeluTanhGrad func(dst, dy, x []float32)
-	SiluGrad     func(dst, dy, x []float32)
-
-	// BF16Rows are row passes that read (and Normalize writes) bfloat16
-	// directly: widening is a shift and fuses into the pass, where a
-	// float32 copy of the row would cost two more passes.
-	BF16Rows BF16Rows
-
+// Conversions are the 16-bit formats to and from float32.
+type Conversions struct {
 	BF16ToF32 func(dst []float32, src []uint16)
 	F16ToF32  func(dst []float32, src []uint16)
 	F32ToBF16 func(dst []uint16, src []float32)
