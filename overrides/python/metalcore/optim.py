@@ -214,19 +214,15 @@ def adamw_capturable_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sq
 
 def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None, grad_scale=None, found_inf=None):
     """torch.optim.AdamW's single-tensor step, in float32 for 16-bit params.
-    step is the host's count, or (capturable) a tensor on p's device, with
-    which nothing waits for the device: found_inf then selects the old values
-    instead of returning early."""
+    step is the host's count, or (capturable) a tensor on p's device: then,
+    as in PyTorch's capturable arithmetic, nothing is read on the host (lr
+    may be a tensor too), and found_inf selects the old values instead of
+    returning early."""
     beta1, beta2 = group["betas"]
     lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-    if isinstance(step, torch.Tensor):
-        saved = [t.clone() for t in (p, exp_avg, exp_avg_sq, max_exp_avg_sq) if t is not None]
-        _torch_step_tensors(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, grad_scale)
-        if found_inf is not None:
-            keep = found_inf.to(p.device).reshape(()) != 0
-            for t, old in zip([t for t in (p, exp_avg, exp_avg_sq, max_exp_avg_sq) if t is not None], saved):
-                t.copy_(torch.where(keep, old, t))
-        return
+    on_device = isinstance(step, torch.Tensor)
+    state = [t for t in (p, exp_avg, exp_avg_sq, max_exp_avg_sq) if t is not None]
+    saved = [t.clone() for t in state] if on_device and found_inf is not None else None
     g = grad.to(exp_avg.dtype)
     if grad_scale is not None:
         g = g / grad_scale.to(g.device)
@@ -236,31 +232,16 @@ def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None, 
     work.mul_(1 - lr * wd)
     exp_avg.lerp_(g, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
     v = torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq) if max_exp_avg_sq is not None else exp_avg_sq
-    denom = (v.sqrt() / bc2 ** 0.5).add_(eps)
-    work.addcdiv_(exp_avg, denom, value=-lr / bc1)
+    if on_device:
+        bc1, bc2 = 1 - torch.pow(beta1, step), 1 - torch.pow(beta2, step)
+        work.sub_(exp_avg / (v.sqrt() / bc2.sqrt()).add_(eps) * (lr / bc1))
+    else:
+        bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step
+        work.addcdiv_(exp_avg, (v.sqrt() / bc2 ** 0.5).add_(eps), value=-lr / bc1)
     if work is not p:
         p.copy_(work)
-
-
-def _torch_step_tensors(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, grad_scale):
-    """_torch_step with the step count (and maybe lr) as tensors: PyTorch's
-    capturable arithmetic, which reads neither on the host."""
-    beta1, beta2 = group["betas"]
-    lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-    g = grad.to(exp_avg.dtype)
-    if grad_scale is not None:
-        g = g / grad_scale.to(g.device)
-    if group["maximize"]:
-        g = -g
-    work = p.to(exp_avg.dtype) if p.dtype in (torch.float16, torch.bfloat16) else p
-    work.mul_(1 - lr * wd)
-    exp_avg.lerp_(g, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-    bc1, bc2 = 1 - torch.pow(beta1, step), 1 - torch.pow(beta2, step)
-    v = torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq) if max_exp_avg_sq is not None else exp_avg_sq
-    denom = (v.sqrt() / bc2.sqrt()).add_(eps)
-    work.sub_(exp_avg / denom * (lr / bc1))
-    if work is not p:
-        p.copy_(work)
+    if saved is not None:
+        keep = found_inf.to(p.device).reshape(()) != 0
+        for t, old in zip(state, saved):
+            t.copy_(torch.where(keep, old, t))
