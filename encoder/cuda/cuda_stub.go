@@ -13,6 +13,7 @@ import (
 var errNoCUDA = errors.New("this build has no CUDA backend (it needs Linux and cgo)")
 
 func Register(string)                                                    {}
+func KernelPrograms() map[string]string                                  { return nil }
 func Available() error                                                   { return errNoCUDA }
 func Devices() (int, error)                                              { return 0, errNoCUDA }
 func Prepare(int) error                                                  { return errNoCUDA }

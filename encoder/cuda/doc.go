@@ -5,3 +5,7 @@
 // the one PyTorch uses), and launches on the caller's stream. It never
 // synchronizes, allocates or copies on behalf of an op.
 package cuda
+
+// LibraryVersion is part of every compiled kernel's cache key (capi sets it
+// from the header's version macros).
+var LibraryVersion = "unknown"

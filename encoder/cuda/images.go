@@ -18,9 +18,6 @@ import (
 // every other kernel of the family out. A first call then waits for its one
 // kernel, and mc_cuda_prepare compiles all of them in parallel.
 
-// LibraryVersion is part of every cache key (capi sets it from the header).
-var LibraryVersion = "unknown"
-
 // compileOptions follow the architecture option in every compile.
 var compileOptions = []string{"--std=c++17", "-default-device"}
 
