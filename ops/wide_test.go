@@ -40,11 +40,11 @@ func TestWideRows(t *testing.T) {
 	const eps = 1e-5
 	rel := func(got, want float64) float64 { return math.Abs(got-want) / math.Abs(want) }
 	const tol = 2e-6
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		shape := []int64{1, cols}
-		x := tu.New(core.F32, shape).Set(vals)
-		y := tu.New(core.F32, shape)
-		m, r := tu.New(core.F32, []int64{1}), tu.New(core.F32, []int64{1})
+		x := b.New(core.F32, shape).Set(vals)
+		y := b.New(core.F32, shape)
+		m, r := b.New(core.F32, []int64{1}), b.New(core.F32, []int64{1})
 		require.NoError(t, norm.RMSNormFwd(x.Ptr(), nil, eps, y.Ptr(), r.Ptr(), nil))
 		got, want := r.Values()[0], 1/math.Sqrt(sumSq/cols+eps)
 		require.Less(t, rel(got, want), tol, "RMSNorm rstd %g, float64 %g", got, want)

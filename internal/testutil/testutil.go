@@ -37,11 +37,42 @@ type Tensor struct {
 	dev     *cuda.Buffer
 }
 
-// onCUDA makes New place tensors on CUDA device 0 (set by ForEachBackend).
-var onCUDA bool
+// Backend is one implementation the conformance suite runs against, passed
+// to every case as a value (gonum's testlapack pattern): the CPU with one
+// instruction set, or a GPU. Its New makes the case's tensors on its device.
+type Backend struct {
+	Name       string
+	DeviceType int32  // core.DeviceCPU or a GPU's device type
+	ISA        string // the CPU implementation it runs (for the CPU)
+}
 
-// OnCUDA reports whether New currently makes CUDA tensors.
-func OnCUDA() bool { return onCUDA }
+// CPU is the CPU with whatever implementation is active; CUDA is CUDA
+// device 0 (benchmarks name it directly).
+var (
+	CPU  = Backend{Name: "cpu", DeviceType: core.DeviceCPU}
+	CUDA = Backend{Name: "cuda", DeviceType: core.DeviceCUDA}
+)
+
+// GPU reports whether the backend's tensors live in device memory (its
+// kernels run asynchronously and its pointers are not host pointers).
+func (b Backend) GPU() bool { return b.DeviceType > core.DeviceCPU }
+
+// New is New on b's device: allocated and poisoned on the host, mirrored
+// to the device, read back by Values and Bytes.
+func (b Backend) New(dt core.DType, shape []int64, opts ...Option) *Tensor {
+	t := New(dt, shape, opts...)
+	if b.DeviceType == core.DeviceCUDA {
+		d, err := cuda.Alloc(0, len(t.mem)*8)
+		if err != nil {
+			panic(err)
+		}
+		t.dev = d
+		t.T.Data, t.T.DeviceType = d.Ptr, core.DeviceCUDA
+		runtime.SetFinalizer(t, func(t *Tensor) { t.dev.Free() })
+		t.push()
+	}
+	return t
+}
 
 // Option changes how New lays a tensor out.
 type Option func(*layout)
@@ -59,7 +90,7 @@ func RowPad(pad int) Option { return func(l *layout) { l.rowPad = pad } }
 // byte_offset.
 func Offset(elems int) Option { return func(l *layout) { l.offset = elems } }
 
-// New allocates a tensor of dtype dt and shape, poisoned with NaN.
+// New allocates a CPU tensor of dtype dt and shape, poisoned with NaN.
 func New(dt core.DType, shape []int64, opts ...Option) *Tensor {
 	var l layout
 	for _, o := range opts {
@@ -97,15 +128,6 @@ func New(dt core.DType, shape []int64, opts ...Option) *Tensor {
 	t.T = core.Tensor{Data: t.base, DeviceType: core.DeviceCPU, NDim: int32(len(shape)), Lanes: 1,
 		ByteOffset: uint64(l.offset * dt.Size())}
 	t.T.Code, t.T.Bits = DLPack(dt)
-	if onCUDA {
-		b, err := cuda.Alloc(0, len(t.mem)*8)
-		if err != nil {
-			panic(err)
-		}
-		t.dev = b
-		t.T.Data, t.T.DeviceType = b.Ptr, core.DeviceCUDA
-		runtime.SetFinalizer(t, func(t *Tensor) { t.dev.Free() })
-	}
 	if len(t.Shape) > 0 {
 		t.T.Shape = &t.Shape[0]
 	}
@@ -125,6 +147,15 @@ func DLPack(dt core.DType) (uint8, uint8) {
 		return 2, 16
 	}
 	return 2, 32
+}
+
+// On is the backend whose device holds t (for the tensors a helper makes
+// to go with it).
+func (t *Tensor) On() Backend {
+	if t.dev != nil {
+		return CUDA
+	}
+	return CPU
 }
 
 // Ptr is the descriptor to pass to an op.
@@ -319,13 +350,16 @@ func ForEachISA(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
-// ForEachBackend is ForEachISA plus, where a GPU is present, a "cuda" run
-// with every tensor New makes on CUDA device 0: one suite for every backend.
-// Without a GPU it logs why the CUDA run is skipped, unless
-// MC_REQUIRE_BACKENDS (a comma-separated list: cpu, cuda) names it: then a
-// missing backend, or one whose kernels do not compile and load, fails.
-func ForEachBackend(t *testing.T, f func(t *testing.T)) {
-	ForEachISA(t, f)
+// Backends are the implementations this machine has: the CPU once per
+// instruction set, and CUDA where a GPU is present. Without a GPU the CUDA
+// run is left out with a log line, unless MC_REQUIRE_BACKENDS (a
+// comma-separated list: cpu, cuda) names it: then a missing backend, or
+// one whose kernels do not compile and load, fails t.
+func Backends(t *testing.T) []Backend {
+	var out []Backend
+	for _, isa := range cpu.ISAs() {
+		out = append(out, Backend{Name: isa, DeviceType: core.DeviceCPU, ISA: isa})
+	}
 	required, err := requiredBackends(os.Getenv("MC_REQUIRE_BACKENDS"))
 	if err != nil {
 		t.Fatal(err)
@@ -335,16 +369,29 @@ func ForEachBackend(t *testing.T, f func(t *testing.T)) {
 			t.Fatalf("MC_REQUIRE_BACKENDS names cuda, but there is no CUDA device: %v", err)
 		}
 		t.Logf("no CUDA run: %v", err)
-		return
+		return out
 	}
 	if required["cuda"] {
 		if err := cuda.Prepare(0); err != nil {
 			t.Fatalf("MC_REQUIRE_BACKENDS names cuda, but its kernels do not load: %v", err)
 		}
 	}
-	onCUDA = true
-	defer func() { onCUDA = false }()
-	t.Run("cuda", f)
+	return append(out, CUDA)
+}
+
+// ForEachBackend runs f once per backend of Backends, as a subtest named
+// after it, with the backend's CPU implementation active: one suite for
+// every backend.
+func ForEachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
+	defer cpu.Use(cpu.ISAs()[0])
+	for _, b := range Backends(t) {
+		if b.ISA != "" {
+			if err := cpu.Use(b.ISA); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Run(b.Name, func(t *testing.T) { f(t, b) })
+	}
 }
 
 // requiredBackends parses MC_REQUIRE_BACKENDS.
@@ -397,6 +444,7 @@ var Shapes = [][]int64{
 
 // Case is one configuration of a row or elementwise op test.
 type Case struct {
+	Backend Backend
 	DT      core.DType
 	Shape   []int64
 	Strided bool // tensors get padded rows and an odd byte_offset
@@ -404,7 +452,7 @@ type Case struct {
 }
 
 func (c Case) String() string {
-	return fmt.Sprintf("%s %v strided=%v inplace=%v", c.DT, c.Shape, c.Strided, c.InPlace)
+	return fmt.Sprintf("%s %s %v strided=%v inplace=%v", c.Backend.Name, c.DT, c.Shape, c.Strided, c.InPlace)
 }
 
 // New makes a poisoned tensor of the case's dtype (dt 0) or of dt, laid out
@@ -414,9 +462,9 @@ func (c Case) New(shape []int64, dt core.DType) *Tensor {
 		dt = c.DT
 	}
 	if c.Strided {
-		return New(dt, shape, RowPad(3), Offset(1))
+		return c.Backend.New(dt, shape, RowPad(3), Offset(1))
 	}
-	return New(dt, shape)
+	return c.Backend.New(dt, shape)
 }
 
 // NonContiguous reports whether the case's Strided layout really leaves
@@ -438,11 +486,11 @@ func (c Case) Rows() int {
 // Cases runs f for every backend and CPU implementation × dtype × shape ×
 // layout.
 func Cases(t *testing.T, shapes [][]int64, f func(t *testing.T, c Case)) {
-	ForEachBackend(t, func(t *testing.T) {
+	ForEachBackend(t, func(t *testing.T, b Backend) {
 		for _, dt := range DTypes {
 			for _, sh := range shapes {
 				for _, l := range []Case{{}, {Strided: true}, {InPlace: true}} {
-					l.DT, l.Shape = dt, sh
+					l.Backend, l.DT, l.Shape = b, dt, sh
 					f(t, l)
 				}
 			}
@@ -478,13 +526,6 @@ func Status(t testing.TB, err error) core.Status {
 		t.Fatalf("error %v is not a *core.Error", err)
 	}
 	return core.StatusOf(err)
-}
-
-// OnCUDAForBench runs f with New making CUDA tensors (benchmarks).
-func OnCUDAForBench(f func()) {
-	onCUDA = true
-	defer func() { onCUDA = false }()
-	f()
 }
 
 // SyncEvery drains the GPU's queue every 256th iteration i of a benchmark,

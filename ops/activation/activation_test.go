@@ -103,7 +103,7 @@ func TestBackward(t *testing.T) {
 // ErrUnsupportedLayout (true: nothing to compare); anything else must succeed.
 func stridedOnCUDA(t *testing.T, c tu.Case, err error) bool {
 	t.Helper()
-	if tu.OnCUDA() && c.NonContiguous() {
+	if c.Backend.GPU() && c.NonContiguous() {
 		require.Equal(t, core.ErrUnsupportedLayout, tu.Status(t, err), "%v: %v", c, err)
 		return true
 	}
@@ -140,14 +140,14 @@ func TestExtremes(t *testing.T) {
 		op{"silu backward", func(x, dy, dx *core.Tensor) error { return SiluBwd(dy, x, dx, nil) },
 			func(x float32) float32 { return TorchSiluGrad32(dyv, x) },
 			func(x float64) float64 { return RefSiluGrad(dyv, x) }})
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, dt := range tu.DTypes {
 			for _, o := range ops {
 				n := []int64{int64(len(in))}
-				x := tu.New(dt, n)
+				x := b.New(dt, n)
 				stored := x.Set(in).Values()
-				dy := tu.New(dt, n).Set(mapRef(in, func(float64) float64 { return dyv }))
-				out := tu.New(dt, n)
+				dy := b.New(dt, n).Set(mapRef(in, func(float64) float64 { return dyv }))
+				out := b.New(dt, n)
 				require.NoError(t, o.run(x.Ptr(), dy.Ptr(), out.Ptr()))
 				for j, got := range out.Values() {
 					torch := tu.Round(dt, float64(o.ref(float32(stored[j]))))

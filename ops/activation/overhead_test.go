@@ -14,15 +14,13 @@ func BenchmarkCallCUDA(b *testing.B) {
 	if n, err := cuda.Devices(); err != nil || n == 0 {
 		b.Skipf("no CUDA device: %v", err)
 	}
-	tu.OnCUDAForBench(func() {
-		x, y := tu.New(core.F32, []int64{4, 64}), tu.New(core.F32, []int64{4, 64})
-		if err := SiluFwd(x.Ptr(), y.Ptr(), nil); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			_ = SiluFwd(x.Ptr(), y.Ptr(), nil)
-			tu.SyncEvery(b, i)
-		}
-	})
+	x, y := tu.CUDA.New(core.F32, []int64{4, 64}), tu.CUDA.New(core.F32, []int64{4, 64})
+	if err := SiluFwd(x.Ptr(), y.Ptr(), nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_ = SiluFwd(x.Ptr(), y.Ptr(), nil)
+		tu.SyncEvery(b, i)
+	}
 }

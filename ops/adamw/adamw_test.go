@@ -21,21 +21,21 @@ type set struct {
 	rp, rm, rv, rx     [][]float64
 }
 
-func newSet(t testing.TB, dt core.DType, sizes []int64, amsgrad bool) *set {
+func newSet(t testing.TB, b tu.Backend, dt core.DType, sizes []int64, amsgrad bool) *set {
 	s := &set{}
 	rng := tu.RNG(t)
 	for _, n := range sizes {
 		sh := []int64{n}
-		p := tu.New(dt, sh)
+		p := b.New(dt, sh)
 		s.rp = append(s.rp, p.Rand(rng, 1))
 		s.p = append(s.p, p)
-		s.g = append(s.g, tu.New(dt, sh))
+		s.g = append(s.g, b.New(dt, sh))
 		for _, st := range []*[]*tu.Tensor{&s.m, &s.v} {
-			*st = append(*st, tu.New(core.F32, sh).Set(make([]float64, n)))
+			*st = append(*st, b.New(core.F32, sh).Set(make([]float64, n)))
 		}
 		s.rm, s.rv = append(s.rm, make([]float64, n)), append(s.rv, make([]float64, n))
 		if amsgrad {
-			s.x = append(s.x, tu.New(core.F32, sh).Set(make([]float64, n)))
+			s.x = append(s.x, b.New(core.F32, sh).Set(make([]float64, n)))
 			s.rx = append(s.rx, make([]float64, n))
 		}
 	}
@@ -78,7 +78,7 @@ var sizes = []int64{0, 1, 7, 33, 1000, 4099, 1}
 // dtype after each step as the stored parameter is (state stays float32 in
 // the kernel, float64 in the reference).
 func TestTrajectory(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, dt := range tu.DTypes {
 			for _, cfg := range []Config{
 				{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},
@@ -87,7 +87,7 @@ func TestTrajectory(t *testing.T) {
 				{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Maximize: 1},
 			} {
 				what := fmt.Sprintf("%s %+v", dt, cfg)
-				s := newSet(t, dt, sizes, cfg.AMSGrad != 0)
+				s := newSet(t, b, dt, sizes, cfg.AMSGrad != 0)
 				rng := tu.RNG(t)
 				for step := int64(1); step <= 50; step++ {
 					cfg.Step = step
@@ -120,7 +120,7 @@ func TestTrajectory(t *testing.T) {
 
 func TestHyperParameters(t *testing.T) {
 	good := Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
-	s := newSet(t, core.F32, []int64{5}, false)
+	s := newSet(t, tu.CPU, core.F32, []int64{5}, false)
 	for _, c := range []func(*Config){
 		func(c *Config) { c.LR = -1 }, func(c *Config) { c.LR = math.NaN() }, func(c *Config) { c.Beta1 = 1 },
 		func(c *Config) { c.Beta2 = -0.1 }, func(c *Config) { c.Eps = -1e-8 }, func(c *Config) { c.WeightDecay = -1 },
@@ -160,7 +160,7 @@ func TestAllOrNothing(t *testing.T) {
 			s.pp[1] = &x
 		}},
 	} {
-		s := newSet(t, core.F32, sizes, false)
+		s := newSet(t, tu.CPU, core.F32, sizes, false)
 		for _, g := range s.g {
 			g.Rand(tu.RNG(t), 1)
 		}
@@ -219,7 +219,7 @@ func TestNoOverlap(t *testing.T) {
 // anything is sized by it.
 func TestTensorCountBound(t *testing.T) {
 	cfg := Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
-	s := newSet(t, core.F32, []int64{5}, false)
+	s := newSet(t, tu.CPU, core.F32, []int64{5}, false)
 	for _, n := range []int64{MaxTensors + 1, 1 << 40, 1 << 62, -1} {
 		l := s.lists()
 		l.N = n
@@ -252,12 +252,12 @@ func torchStep32(c *Config, p, g, m, v []float32) {
 // uniform params and gradients, error max |p - p64| / (1e-2 + |p64|).
 func TestAccuracyAgainstPyTorch(t *testing.T) {
 	sizes := []int64{1, 7, 1000, 4097, 33}
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, cfg := range []Config{
 			{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},
 			{LR: 1e-2, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.1},
 		} {
-			s := newSet(t, core.F32, sizes, false)
+			s := newSet(t, b, core.F32, sizes, false)
 			rng := tu.RNG(t)
 			torchP, torchM, torchV := make([][]float32, len(sizes)), make([][]float32, len(sizes)), make([][]float32, len(sizes))
 			for i, n := range sizes {
@@ -309,7 +309,7 @@ func noCheck() error { return nil }
 // one tensor's), and a failure names the tensor and writes nothing.
 func TestDeviceMemoryChecked(t *testing.T) {
 	const fakeDevice = 77
-	s := newSet(t, core.F32, sizes, false)
+	s := newSet(t, tu.CPU, core.F32, sizes, false)
 	foreign := s.vp[4].Data
 	core.RegisterBackend(fakeDevice, func() error { return nil }, func(p unsafe.Pointer, _ int) error {
 		if p == foreign {
@@ -337,9 +337,9 @@ func TestDeviceMemoryChecked(t *testing.T) {
 // nothing; bad scaling tensors are refused with nothing written.
 func TestScaledStep(t *testing.T) {
 	cfg := Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 3}
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, dt := range tu.DTypes {
-			plain, scaled := newSet(t, dt, sizes, false), newSet(t, dt, sizes, false)
+			plain, scaled := newSet(t, b, dt, sizes, false), newSet(t, b, dt, sizes, false)
 			rng := tu.RNG(t)
 			for i := range plain.p {
 				scaled.p[i].Set(plain.p[i].Values())
@@ -349,24 +349,24 @@ func TestScaledStep(t *testing.T) {
 				}
 				scaled.g[i].Set(gv)
 			}
-			scale := tu.New(core.F32, []int64{1}).Set([]float64{1024})
-			zero := tu.New(core.F32, []int64{1}).Set([]float64{0})
+			scale := b.New(core.F32, []int64{1}).Set([]float64{1024})
+			zero := b.New(core.F32, []int64{1}).Set([]float64{0})
 			require.NoError(t, Step(&cfg, plain.lists(), nil))
 			require.NoError(t, StepScaled(&cfg, scaled.lists(), Scaling{GradScale: scale.Ptr(), FoundInf: zero.Ptr()}, nil))
 			for i := range plain.p {
 				require.Equal(t, plain.p[i].Bytes(), scaled.p[i].Bytes(), "%s params[%d]", dt, i)
 				require.Equal(t, plain.m[i].Bytes(), scaled.m[i].Bytes(), "%s exp_avgs[%d]", dt, i)
 			}
-			inf := tu.New(core.F32, []int64{1}).Set([]float64{1})
+			inf := b.New(core.F32, []int64{1}).Set([]float64{1})
 			before := scaled.bytes()
 			require.NoError(t, StepScaled(&cfg, scaled.lists(), Scaling{GradScale: scale.Ptr(), FoundInf: inf.Ptr()}, nil))
 			require.Equal(t, before, scaled.bytes(), "%s: found_inf set, but something was written", dt)
 			for name, bad := range map[string]Scaling{
-				"float16 scale":     {GradScale: tu.New(core.F16, []int64{1}).Ptr()},
-				"two-element found": {FoundInf: tu.New(core.F32, []int64{2}).Ptr()},
+				"float16 scale":     {GradScale: b.New(core.F16, []int64{1}).Ptr()},
+				"two-element found": {FoundInf: b.New(core.F32, []int64{2}).Ptr()},
 				"scale on the CPU":  {GradScale: cpuScalar()},
 			} {
-				if name == "scale on the CPU" && !tu.OnCUDA() {
+				if name == "scale on the CPU" && !b.GPU() {
 					continue // CPU tensors are the call's device there
 				}
 				err := StepScaled(&cfg, scaled.lists(), bad, nil)
@@ -397,7 +397,7 @@ func cpuVector(n int) *core.Tensor {
 // config's lr is used; found_inf skips it; bad step or lr tensors are
 // refused with nothing written.
 func TestCapturableStep(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, dt := range tu.DTypes {
 			for _, withLR := range []bool{true, false} {
 				cfg := Config{LR: 3e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}
@@ -407,7 +407,7 @@ func TestCapturableStep(t *testing.T) {
 				} else {
 					lr = cfg.LR
 				}
-				ref, got := newSet(t, dt, sizes, false), newSet(t, dt, sizes, false)
+				ref, got := newSet(t, b, dt, sizes, false), newSet(t, b, dt, sizes, false)
 				rng := tu.RNG(t)
 				steps := make([]float64, len(sizes))
 				for i := range sizes {
@@ -427,12 +427,12 @@ func TestCapturableStep(t *testing.T) {
 						ExpAvgSqs: list(ref.vp[i : i+1])}
 					require.NoError(t, Step(&one, l, nil))
 				}
-				stepT := tu.New(core.F32, []int64{int64(len(sizes))}).Set(steps)
+				stepT := b.New(core.F32, []int64{int64(len(sizes))}).Set(steps)
 				cp := Capture{Steps: stepT.Ptr()}
 				if withLR {
-					cp.LR = tu.New(core.F32, []int64{1}).Set([]float64{lr}).Ptr()
+					cp.LR = b.New(core.F32, []int64{1}).Set([]float64{lr}).Ptr()
 				}
-				zero := tu.New(core.F32, []int64{1}).Set([]float64{0})
+				zero := b.New(core.F32, []int64{1}).Set([]float64{0})
 				require.NoError(t, StepCapturable(&cfg, got.lists(), Scaling{FoundInf: zero.Ptr()}, cp, nil))
 				for i := range sizes {
 					what := fmt.Sprintf("%s lr tensor %v params[%d]", dt, withLR, i)
@@ -440,7 +440,7 @@ func TestCapturableStep(t *testing.T) {
 					tu.Close(t, what+" exp_avg", got.m[i].Values(), ref.m[i].Values(), 1e-6)
 					tu.Close(t, what+" exp_avg_sq", got.v[i].Values(), ref.v[i].Values(), 1e-6)
 				}
-				inf := tu.New(core.F32, []int64{1}).Set([]float64{1})
+				inf := b.New(core.F32, []int64{1}).Set([]float64{1})
 				before := got.bytes()
 				require.NoError(t, StepCapturable(&cfg, got.lists(), Scaling{FoundInf: inf.Ptr()}, cp, nil))
 				require.Equal(t, before, got.bytes(), "found_inf set, but something was written")
@@ -449,13 +449,13 @@ func TestCapturableStep(t *testing.T) {
 					want core.Status
 				}{
 					"no steps":         {Capture{LR: cp.LR}, core.ErrInvalidArgument},
-					"too few steps":    {Capture{Steps: tu.New(core.F32, []int64{int64(len(sizes) - 1)}).Ptr()}, core.ErrInvalidArgument},
-					"float16 steps":    {Capture{Steps: tu.New(core.F16, []int64{int64(len(sizes))}).Ptr()}, core.ErrUnsupportedDType},
-					"two-element lr":   {Capture{Steps: cp.Steps, LR: tu.New(core.F32, []int64{2}).Ptr()}, core.ErrInvalidArgument},
-					"strided steps":    {Capture{Steps: tu.New(core.F32, []int64{int64(len(sizes)), 1}, tu.RowPad(1)).Ptr()}, core.ErrUnsupportedLayout},
+					"too few steps":    {Capture{Steps: b.New(core.F32, []int64{int64(len(sizes) - 1)}).Ptr()}, core.ErrInvalidArgument},
+					"float16 steps":    {Capture{Steps: b.New(core.F16, []int64{int64(len(sizes))}).Ptr()}, core.ErrUnsupportedDType},
+					"two-element lr":   {Capture{Steps: cp.Steps, LR: b.New(core.F32, []int64{2}).Ptr()}, core.ErrInvalidArgument},
+					"strided steps":    {Capture{Steps: b.New(core.F32, []int64{int64(len(sizes)), 1}, tu.RowPad(1)).Ptr()}, core.ErrUnsupportedLayout},
 					"steps on the CPU": {Capture{Steps: cpuVector(len(sizes))}, core.ErrInvalidArgument},
 				} {
-					if name == "steps on the CPU" && !tu.OnCUDA() {
+					if name == "steps on the CPU" && !b.GPU() {
 						continue // CPU tensors are the call's device there
 					}
 					err := StepCapturable(&cfg, got.lists(), Scaling{}, bad.cp, nil)

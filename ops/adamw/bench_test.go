@@ -14,7 +14,7 @@ func BenchmarkValidate5000(b *testing.B) {
 	for i := range sizes {
 		sizes[i] = 16
 	}
-	s := newSet(b, core.F32, sizes, false)
+	s := newSet(b, tu.CPU, core.F32, sizes, false)
 	cfg := Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
 	sc := new(scratch)
 	for b.Loop() {
@@ -30,24 +30,22 @@ func BenchmarkStep5000CUDA(b *testing.B) {
 	if n, err := cuda.Devices(); err != nil || n == 0 {
 		b.Skipf("no CUDA device: %v", err)
 	}
-	tu.OnCUDAForBench(func() {
-		sizes := make([]int64, 5000)
-		for i := range sizes {
-			sizes[i] = 16
+	sizes := make([]int64, 5000)
+	for i := range sizes {
+		sizes[i] = 16
+	}
+	s := newSet(b, tu.CUDA, core.BF16, sizes, false)
+	cfg := Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+	for b.Loop() {
+		if err := Step(&cfg, s.lists(), nil); err != nil {
+			b.Fatal(err)
 		}
-		s := newSet(b, core.BF16, sizes, false)
-		cfg := Config{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
-		for b.Loop() {
-			if err := Step(&cfg, s.lists(), nil); err != nil {
-				b.Fatal(err)
-			}
-			// drained after every step (untimed): the steps' kernel
-			// parameters alone would fill the launch queue
-			b.StopTimer()
-			if err := cuda.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+		// drained after every step (untimed): the steps' kernel
+		// parameters alone would fill the launch queue
+		b.StopTimer()
+		if err := cuda.Sync(); err != nil {
+			b.Fatal(err)
 		}
-	})
+		b.StartTimer()
+	}
 }

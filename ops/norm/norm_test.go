@@ -14,7 +14,7 @@ import (
 const eps = 1e-5
 
 // perRow makes a poisoned float32 [rows] tensor for rstd/mean.
-func perRow(rows int) *tu.Tensor { return tu.New(core.F32, []int64{int64(rows)}) }
+func perRow(c tu.Case) *tu.Tensor { return c.Backend.New(core.F32, []int64{int64(c.Rows())}) }
 
 // outFor is the output tensor of a case: x itself in place, else new.
 func outFor(c tu.Case, x *tu.Tensor) *tu.Tensor {
@@ -29,7 +29,7 @@ func weights(c tu.Case, t *testing.T, present bool, scale float64) (*tu.Tensor, 
 	if !present {
 		return nil, nil
 	}
-	w := tu.New(c.DT, []int64{int64(c.Cols())})
+	w := c.Backend.New(c.DT, []int64{int64(c.Cols())})
 	v := w.Rand(tu.RNG(t), scale)
 	for i := range v {
 		v[i] += 1
@@ -51,7 +51,7 @@ func TestRMSNormFwd(t *testing.T) {
 			x := c.New(c.Shape, 0)
 			xs := x.Rand(rng, 2)
 			w, ws := weights(c, t, withW, 0.5)
-			y, rstd := outFor(c, x), perRow(c.Rows())
+			y, rstd := outFor(c, x), perRow(c)
 			require.NoError(t, RMSNormFwd(x.Ptr(), ptr(w), eps, y.Ptr(), rstd.Ptr(), nil), c)
 			var want, wantR []float64
 			for _, row := range tu.Rows(xs, c.Cols()) {
@@ -72,7 +72,7 @@ func TestFusedAddRMSNormFwd(t *testing.T) {
 		xs, rs := x.Rand(rng, 1), res.Rand(rng, 3)
 		w, ws := weights(c, t, true, 0.5)
 		y, ro := outFor(c, x), outFor(c, res)
-		rstd := perRow(c.Rows())
+		rstd := perRow(c)
 		require.NoError(t, FusedAddRMSNormFwd(x.Ptr(), res.Ptr(), w.Ptr(), eps, y.Ptr(), ro.Ptr(), rstd.Ptr(), nil), c)
 		sum := make([]float64, len(xs))
 		for i := range xs {
@@ -101,7 +101,7 @@ func TestLayerNormFwd(t *testing.T) {
 			xs = x.Set(xs).Values()
 			w, wv := weights(c, t, affine, 0.5)
 			b, bv := weights(c, t, affine, 0.1)
-			y, mean, rstd := outFor(c, x), perRow(c.Rows()), perRow(c.Rows())
+			y, mean, rstd := outFor(c, x), perRow(c), perRow(c)
 			require.NoError(t, LayerNormFwd(x.Ptr(), ptr(w), ptr(b), eps, y.Ptr(), mean.Ptr(), rstd.Ptr(), nil), c)
 			var want, wantM, wantR []float64
 			for _, row := range tu.Rows(xs, c.Cols()) {
@@ -137,9 +137,9 @@ func bwdInputs(t *testing.T, c tu.Case, layer bool, ws, bs []float64) (dy, x *tu
 			rs = append(rs, r)
 		}
 	}
-	rstd = perRow(c.Rows()).Set(rs)
+	rstd = perRow(c).Set(rs)
 	if layer {
-		mean = perRow(c.Rows()).Set(ms)
+		mean = perRow(c).Set(ms)
 	}
 	return
 }
@@ -147,7 +147,7 @@ func bwdInputs(t *testing.T, c tu.Case, layer bool, ws, bs []float64) (dy, x *tu
 func workspace(t *testing.T, size func(*core.Tensor) (int64, error), x *tu.Tensor) *tu.Tensor {
 	n, err := size(x.Ptr())
 	require.NoError(t, err)
-	return tu.New(core.F32, []int64{n / 4})
+	return x.On().New(core.F32, []int64{n / 4})
 }
 
 func TestRMSNormBwd(t *testing.T) {
@@ -158,7 +158,7 @@ func TestRMSNormBwd(t *testing.T) {
 			dx := outFor(c, dy)
 			var dw, ws *tu.Tensor
 			if withW {
-				dw = tu.New(c.DT, []int64{int64(c.Cols())})
+				dw = c.Backend.New(c.DT, []int64{int64(c.Cols())})
 				ws = workspace(t, RMSNormBwdWorkspace, x)
 			}
 			require.NoError(t, RMSNormBwd(dy.Ptr(), x.Ptr(), ptr(w), rstd.Ptr(), dx.Ptr(), ptr(dw), ptr(ws), nil), c)
@@ -189,7 +189,7 @@ func TestLayerNormBwd(t *testing.T) {
 			var dw, db, ws *tu.Tensor
 			var wantDW, wantDB []float64
 			if affine {
-				dw, db = tu.New(c.DT, []int64{int64(c.Cols())}), tu.New(c.DT, []int64{int64(c.Cols())})
+				dw, db = c.Backend.New(c.DT, []int64{int64(c.Cols())}), c.Backend.New(c.DT, []int64{int64(c.Cols())})
 				ws = workspace(t, LayerNormBwdWorkspace, x)
 				wantDW, wantDB = make([]float64, c.Cols()), make([]float64, c.Cols())
 			}
@@ -218,7 +218,7 @@ func TestUnusedWorkspace(t *testing.T) {
 			w, wv := weights(c, t, true, 0.5)
 			dy, x, dyv, xv, mean, rstd := bwdInputs(t, c, layer, wv, nil)
 			dx := outFor(c, dy)
-			ws := tu.New(core.F32, []int64{1}) // poisoned
+			ws := c.Backend.New(core.F32, []int64{1}) // poisoned
 			var err error
 			if layer {
 				err = LayerNormBwd(dy.Ptr(), x.Ptr(), w.Ptr(), mean.Ptr(), rstd.Ptr(), dx.Ptr(), nil, nil, ws.Ptr(), nil)
@@ -272,7 +272,7 @@ func TestThreadCountDeterminism(t *testing.T) {
 	tu.ForEachISA(t, func(t *testing.T) {
 		for _, dt := range tu.DTypes {
 			for _, shape := range [][]int64{{3000, 64}, {517, 1031}, {64, 4096}} {
-				c := tu.Case{DT: dt, Shape: shape}
+				c := tu.Case{Backend: tu.CPU, DT: dt, Shape: shape}
 				w, wv := weights(c, t, true, 0.5)
 				dy, x, _, _, mean, rstd := bwdInputs(t, c, true, wv, nil)
 				var runs [][][]byte

@@ -121,7 +121,7 @@ func workspace(t *testing.T, a *tu.Tensor, mode int32) *core.Tensor {
 	if n == 0 {
 		return nil
 	}
-	return tu.New(core.F32, []int64{n / 4}).Ptr()
+	return a.On().New(core.F32, []int64{n / 4}).Ptr()
 }
 
 // shapes of the factorization tests: batch, m, n. On CUDA, up to 128 take
@@ -133,7 +133,7 @@ var factorShapes = [][3]int{{1, 1, 1}, {3, 5, 5}, {2, 7, 3}, {2, 3, 7}, {2, 32, 
 	{1, 70, 200}, {1, 257, 100}}
 
 func TestFactorizations(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) { factorizations(t, tu.DTypes) })
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) { factorizations(t, b, tu.DTypes) })
 }
 
 // The blocked CPU path on the same matrices: panels of 8 columns from
@@ -141,11 +141,11 @@ func TestFactorizations(t *testing.T) {
 func TestBlockedFactorizations(t *testing.T) {
 	defer func(m, w int) { blockedMin, blockWidth = m, w }(blockedMin, blockWidth)
 	blockedMin, blockWidth = 4, 8
-	tu.ForEachISA(t, func(t *testing.T) { factorizations(t, []core.DType{core.F32, core.BF16}) })
+	tu.ForEachISA(t, func(t *testing.T) { factorizations(t, tu.CPU, []core.DType{core.F32, core.BF16}) })
 }
 
 // factorizations checks every mode on every kind of matrix of factorShapes.
-func factorizations(t *testing.T, dtypes []core.DType) {
+func factorizations(t *testing.T, b tu.Backend, dtypes []core.DType) {
 	rng := tu.RNG(t)
 	for _, dt := range dtypes {
 		for _, sh := range factorShapes {
@@ -161,13 +161,13 @@ func factorizations(t *testing.T, dtypes []core.DType) {
 					if mode == Complete {
 						qc, rr = m, m
 					}
-					a := tu.New(dt, []int64{int64(batch), int64(m), int64(n)})
+					a := b.New(dt, []int64{int64(batch), int64(m), int64(n)})
 					av := a.Set(values(rng, k, batch, m, n)).Values()
-					r := tu.New(dt, []int64{int64(batch), int64(rr), int64(n)})
+					r := b.New(dt, []int64{int64(batch), int64(rr), int64(n)})
 					var q *tu.Tensor
 					var qp *core.Tensor
 					if mode != ROnly {
-						q = tu.New(dt, []int64{int64(batch), int64(m), int64(qc)})
+						q = b.New(dt, []int64{int64(batch), int64(m), int64(qc)})
 						qp = q.Ptr()
 					}
 					before := a.Bytes()
@@ -179,7 +179,7 @@ func factorizations(t *testing.T, dtypes []core.DType) {
 					}
 					check(t, what, av, qs, r.Values(), batch, m, n, qc, rr, eps(dt))
 					if mode == ROnly { // r-only equals the reduced factorization's r
-						r2, q2 := tu.New(dt, []int64{int64(batch), int64(kk), int64(n)}), tu.New(dt, []int64{int64(batch), int64(m), int64(kk)})
+						r2, q2 := b.New(dt, []int64{int64(batch), int64(kk), int64(n)}), b.New(dt, []int64{int64(batch), int64(m), int64(kk)})
 						require.NoError(t, QR(a.Ptr(), Reduced, q2.Ptr(), r2.Ptr(), workspace(t, a, Reduced), nil))
 						require.Equal(t, r2.Values(), r.Values(), what)
 					}
@@ -250,15 +250,15 @@ func TestBadInputs(t *testing.T) {
 
 // Empty matrices (a zero dimension) and many 1x1 ones.
 func TestEdgeShapes(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, sh := range [][3]int64{{3, 0, 4}, {3, 4, 0}, {2, 0, 0}, {50, 1, 1}, {17, 1, 5}, {17, 5, 1}} {
-			b, m, n := sh[0], sh[1], sh[2]
+			batch, m, n := sh[0], sh[1], sh[2]
 			k := min(m, n)
-			a := tu.New(core.F32, []int64{b, m, n})
+			a := b.New(core.F32, []int64{batch, m, n})
 			vals := a.Rand(tu.RNG(t), 1)
-			q, r := tu.New(core.F32, []int64{b, m, k}), tu.New(core.F32, []int64{b, k, n})
+			q, r := b.New(core.F32, []int64{batch, m, k}), b.New(core.F32, []int64{batch, k, n})
 			require.NoError(t, QR(a.Ptr(), Reduced, q.Ptr(), r.Ptr(), workspace(t, a, Reduced), nil), "%v", sh)
-			check(t, fmt.Sprint(sh), vals, q.Values(), r.Values(), int(b), int(m), int(n), int(k), int(k), eps(core.F32))
+			check(t, fmt.Sprint(sh), vals, q.Values(), r.Values(), int(batch), int(m), int(n), int(k), int(k), eps(core.F32))
 		}
 	})
 }
@@ -266,26 +266,26 @@ func TestEdgeShapes(t *testing.T) {
 // The workspace: none on the CPU; on CUDA, matrices past 128 wide need it,
 // and a missing or short one is refused with the outputs untouched.
 func TestWorkspace(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
-		a := tu.New(core.F32, []int64{2, 200, 150})
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
+		a := b.New(core.F32, []int64{2, 200, 150})
 		a.Rand(tu.RNG(t), 1)
-		q, r := tu.New(core.F32, []int64{2, 200, 150}), tu.New(core.F32, []int64{2, 150, 150})
+		q, r := b.New(core.F32, []int64{2, 200, 150}), b.New(core.F32, []int64{2, 150, 150})
 		need, err := WorkspaceSize(a.Ptr(), Reduced)
 		require.NoError(t, err)
-		if !tu.OnCUDA() {
+		if !b.GPU() {
 			require.Zero(t, need)
 			return
 		}
 		require.Positive(t, need)
 		bq, br := q.Bytes(), r.Bytes()
-		short := tu.New(core.F32, []int64{need/4 - 1})
+		short := b.New(core.F32, []int64{need/4 - 1})
 		for _, ws := range []*core.Tensor{nil, short.Ptr()} {
 			err := QR(a.Ptr(), Reduced, q.Ptr(), r.Ptr(), ws, nil)
 			require.Equal(t, core.ErrInvalidArgument, tu.Status(t, err), "%v", err)
 			require.Equal(t, bq, q.Bytes())
 			require.Equal(t, br, r.Bytes())
 		}
-		small, err := WorkspaceSize(tu.New(core.F32, []int64{1000, 128, 128}).Ptr(), Complete)
+		small, err := WorkspaceSize(b.New(core.F32, []int64{1000, 128, 128}).Ptr(), Complete)
 		require.NoError(t, err)
 		require.Zero(t, small, "matrices up to 128 wide need no workspace")
 	})
@@ -319,9 +319,9 @@ func TestEmptyOutputsAtOnce(t *testing.T) {
 
 // Complete mode of m x 0 matrices: q is the identity, r is empty.
 func TestCompleteOfNoColumns(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
-		a := tu.New(core.F32, []int64{3, 4, 0})
-		q, r := tu.New(core.F32, []int64{3, 4, 4}), tu.New(core.F32, []int64{3, 4, 0})
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
+		a := b.New(core.F32, []int64{3, 4, 0})
+		q, r := b.New(core.F32, []int64{3, 4, 4}), b.New(core.F32, []int64{3, 4, 0})
 		q.Poison()
 		require.NoError(t, QR(a.Ptr(), Complete, q.Ptr(), r.Ptr(), workspace(t, a, Complete), nil))
 		got := q.Values()

@@ -60,7 +60,7 @@ func TestFwdFloat32Output(t *testing.T) {
 // A masked row (-inf entries, as attention masks use) and a row whose
 // maximum moves up in a later chunk.
 func TestFwdMaskedAndRisingRows(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, dt := range tu.DTypes {
 			cols := 3000
 			xs := make([]float64, 2*cols)
@@ -71,7 +71,7 @@ func TestFwdMaskedAndRisingRows(t *testing.T) {
 				}
 				xs[cols+i] = float64(i) / 100 // max in the last chunk
 			}
-			c := tu.Case{DT: dt, Shape: []int64{2, int64(cols)}}
+			c := tu.Case{Backend: b, DT: dt, Shape: []int64{2, int64(cols)}}
 			x := c.New(c.Shape, 0).Set(xs)
 			xs = x.Values() // as rounded to dt
 			y := c.New(c.Shape, 0)
@@ -85,7 +85,7 @@ func TestFwdMaskedAndRisingRows(t *testing.T) {
 // Rows whose maximum is not finite are NaN throughout, as the float64
 // reference's are: one holding a NaN, one +inf, one all -inf.
 func TestFwdNonFiniteRows(t *testing.T) {
-	tu.ForEachBackend(t, func(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
 		for _, dt := range tu.DTypes {
 			const cols = 37
 			xs := make([]float64, 4*cols)
@@ -93,7 +93,7 @@ func TestFwdNonFiniteRows(t *testing.T) {
 				xs[i], xs[cols+i], xs[2*cols+i], xs[3*cols+i] = float64(i), float64(i), math.Inf(-1), float64(i)/10
 			}
 			xs[5], xs[cols+30] = math.NaN(), math.Inf(1)
-			c := tu.Case{DT: dt, Shape: []int64{4, cols}}
+			c := tu.Case{Backend: b, DT: dt, Shape: []int64{4, cols}}
 			x := c.New(c.Shape, 0).Set(xs)
 			y := c.New(c.Shape, 0)
 			y.Poison()
