@@ -38,7 +38,6 @@ type device struct {
 	// changed, so calls read it without a lock
 	funcs   atomic.Pointer[map[string]function]
 	loading sync.Mutex // held while kernels are compiled and loaded
-	images  []ImageInfo
 	// resident caches Resident's answers by residentKey
 	resident sync.Map
 }
@@ -159,21 +158,8 @@ func (d *device) load(dev int, names []string) error {
 		}
 		debugf("CUDA device %d: %s", dev, infos[i])
 	}
-	d.images = append(d.images, infos...)
 	d.funcs.Store(&next)
 	return nil
-}
-
-// Images describes the kernel images loaded on dev so far, in load order:
-// which kernels, cubin or PTX, compiled or from the disk cache.
-func Images(dev int) ([]ImageInfo, error) {
-	d, err := getDevice(dev)
-	if err != nil {
-		return nil, err
-	}
-	d.loading.Lock()
-	defer d.loading.Unlock()
-	return append([]ImageInfo(nil), d.images...), nil
 }
 
 // SMs is dev's multiprocessor count.

@@ -33,7 +33,7 @@ type target struct {
 // architecture, else PTX.
 type compiler func(src string, opts []string, cubin bool) ([]byte, error)
 
-// ImageInfo describes one kernel's loaded image.
+// ImageInfo describes one kernel's image (MC_DEBUG prints it as it loads).
 type ImageInfo struct {
 	Kernel  string
 	Format  string           // "cubin sm_90" or "PTX compute_90"

@@ -41,11 +41,6 @@ func (d *Dispatch[F]) For(deviceType int32) (F, error) {
 	return none, Errorf(ErrUnsupportedDevice, "%s has no %s implementation", d.op, DeviceName(deviceType))
 }
 
-// Has reports whether deviceType has an implementation.
-func (d *Dispatch[F]) Has(deviceType int32) bool {
-	return deviceType >= 0 && deviceType <= maxDeviceType && d.have[deviceType]
-}
-
 // DeviceName is a device type's name in messages.
 func DeviceName(deviceType int32) string {
 	if n, ok := deviceNames[deviceType]; ok {
