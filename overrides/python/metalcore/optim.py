@@ -156,45 +156,52 @@ class AdamW(torch.optim.Optimizer):
         count plus one) on the device, then advances the counts, except where
         found_inf is set (as PyTorch's fused step does): nothing waits for the
         device, and a refused call changes nothing."""
-        cols = [list(c) for c in zip(*items)]
-        beta1, beta2 = group["betas"]
-        grad_scale, found_inf = (None if t is None else t.to(device=device, dtype=torch.float32).reshape(1)
-                                 for t in (grad_scale, found_inf))
         lr = group["lr"]
         lr_tensor = lr.to(device=device, dtype=torch.float32).reshape(1) if isinstance(lr, torch.Tensor) else None
-        args = (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, grad_scale, found_inf,
-                0.0 if lr_tensor is not None else float(lr), float(beta1), float(beta2), float(group["eps"]),
-                float(group["weight_decay"]), torch.stack(steps).add_(1), lr_tensor, bool(group["amsgrad"]),
-                bool(group["maximize"]))
+        args = _call_args(group, items, device, grad_scale, found_inf, 0.0 if lr_tensor is not None else lr)
+        args += (torch.stack(steps).add_(1), lr_tensor, bool(group["amsgrad"]), bool(group["maximize"]))
         if _ops.CUSTOM_OPS:
             torch.ops.metalcore.adamw_step_capturable(*args[:4], args[4] or [], *args[5:])
         else:
             adamw_capturable_kernel(*args)
         torch._foreach_add_(steps, 1)
+        found_inf = args[6]  # on the device, float32
         if found_inf is not None:
             torch._foreach_sub_(steps, [found_inf.reshape(())] * len(steps))
 
     def _library_step(self, group, step, items, device, grad_scale, found_inf):
-        cols = [list(c) for c in zip(*items)]
-        beta1, beta2 = group["betas"]
-        grad_scale, found_inf = (None if t is None else t.to(device=device, dtype=torch.float32).reshape(1)
-                                 for t in (grad_scale, found_inf))
-        args = (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, grad_scale, found_inf,
-                float(group["lr"]), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]),
-                step, bool(group["amsgrad"]), bool(group["maximize"]))
+        args = _call_args(group, items, device, grad_scale, found_inf, group["lr"])
+        args += (step, bool(group["amsgrad"]), bool(group["maximize"]))
         if _ops.CUSTOM_OPS:
             torch.ops.metalcore.adamw_step(*args[:4], args[4] or [], *args[5:])
         else:
             adamw_kernel(*args)
 
 
+def _call_args(group, items, device, grad_scale, found_inf, lr):
+    """What every library step takes first: the tensor lists of items (max
+    None without amsgrad), grad_scale and found_inf as one-element float32
+    tensors on device (or None), then lr, the betas, eps and weight decay."""
+    cols = [list(c) for c in zip(*items)]
+    beta1, beta2 = group["betas"]
+    grad_scale, found_inf = (None if t is None else t.to(device=device, dtype=torch.float32).reshape(1)
+                             for t in (grad_scale, found_inf))
+    return (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, grad_scale, found_inf,
+            float(lr), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]))
+
+
+def _lists(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs):
+    """The C arrays of a step's tensor lists (max_exp_avg_sqs NULL when None)."""
+    lists = [_pointers(c) for c in (params, grads, exp_avgs, exp_avg_sqs)]
+    return lists + [_pointers(max_exp_avg_sqs) if max_exp_avg_sqs is not None else None]
+
+
 def adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, lr, beta1, beta2,
                  eps, weight_decay, step, amsgrad, maximize):
     """One library call stepping every tensor of the lists (all on one device)."""
     cfg = _Config(lr, beta1, beta2, eps, weight_decay, step, int(amsgrad), int(maximize))
-    lists = [_pointers(c) for c in (params, grads, exp_avgs, exp_avg_sqs)]
-    state_max = _pointers(max_exp_avg_sqs) if max_exp_avg_sqs is not None else None
-    _lib.check(_lib.lib.mc_adamw_step_scaled(ctypes.byref(cfg), ctypes.c_int64(len(params)), *lists, state_max,
+    _lib.check(_lib.lib.mc_adamw_step_scaled(ctypes.byref(cfg), ctypes.c_int64(len(params)),
+                                             *_lists(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
                                              _lib.describe(grad_scale), _lib.describe(found_inf),
                                              _lib.encoder(params[0])))
 
@@ -204,9 +211,8 @@ def adamw_capturable_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sq
     """adamw_kernel with every tensor's step number (steps) and optionally lr
     read on the device."""
     cfg = _Config(lr, beta1, beta2, eps, weight_decay, 1, int(amsgrad), int(maximize))
-    lists = [_pointers(c) for c in (params, grads, exp_avgs, exp_avg_sqs)]
-    state_max = _pointers(max_exp_avg_sqs) if max_exp_avg_sqs is not None else None
-    _lib.check(_lib.lib.mc_adamw_step_capturable(ctypes.byref(cfg), ctypes.c_int64(len(params)), *lists, state_max,
+    _lib.check(_lib.lib.mc_adamw_step_capturable(ctypes.byref(cfg), ctypes.c_int64(len(params)),
+                                                 *_lists(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
                                                  _lib.describe(grad_scale), _lib.describe(found_inf),
                                                  _lib.describe(steps), _lib.describe(lr_tensor),
                                                  _lib.encoder(params[0])))
