@@ -19,7 +19,9 @@ MC_MINOR := $(shell sed -n 's/^\#define MC_VERSION_MINOR //p' include/metalcore.
 MC_PATCH := $(shell sed -n 's/^\#define MC_VERSION_PATCH //p' include/metalcore.h)
 VERSION := $(MC_MAJOR).$(MC_MINOR).$(MC_PATCH)
 SONAME  := libmetalcore.so.$(MC_MAJOR)
-SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo Makefile
+# the SONAME, and only the header's functions exported (capi/exports.map)
+LIB_LDFLAGS := -extldflags=-Wl,-soname,$(SONAME),--version-script=$(CURDIR)/capi/exports.map
+SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo capi/exports.map Makefile
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # every package with tests in a pure-Go arm64 build (the c-shared entry point
 # and the CUDA driver's tests need cgo)
@@ -32,7 +34,7 @@ all: $(LIB)
 # cgo writes its own header next to the library; include/metalcore.h is the
 # contract, so that one is removed
 $(LIB): $(SOURCES)
-	$(GO) build -buildmode=c-shared -ldflags='-extldflags=-Wl,-soname,$(SONAME)' -o $@ ./capi
+	$(GO) build -buildmode=c-shared -ldflags='$(LIB_LDFLAGS)' -o $@ ./capi
 	rm -f build/libmetalcore.h
 	if [ -f $(PYLIB) ]; then cp $@ $(PYLIB); fi  # a bundled copy (make python) never goes stale
 
