@@ -114,7 +114,7 @@ CUDA_SOURCES := encoder/cuda/prelude.cuh $(sort $(wildcard ops/*/*.cu))
 test-cuda-syntax:
 	@mkdir -p build
 	cat $(CUDA_SOURCES) > build/kernels.cu
-	clang-14 -x cuda --cuda-gpu-arch=sm_80 --cuda-device-only -nocudainc -nocudalib -std=c++17 -fsyntax-only \
+	clang-14 -x cuda --cuda-gpu-arch=sm_80 --cuda-device-only -nocudainc -nocudalib -std=c++14 -fsyntax-only \
 		-include tests/cuda/nvrtc_builtins.h build/kernels.cu
 
 test-go:

@@ -34,7 +34,7 @@ def compile_program(src, arch, verbose=False):
     """(seconds, image bytes or None, log)"""
     prog = ctypes.c_void_p()
     assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"metalcore.cu", 0, None, None) == 0
-    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++14", b"-default-device"]
     if verbose:
         opts.append(b"--ptxas-options=-v")
     t = time.perf_counter()

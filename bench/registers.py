@@ -27,7 +27,7 @@ def main():
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"metalcore.cu", 0, None, None):
         sys.exit("nvrtcCreateProgram failed")
-    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device", b"--ptxas-options=-v"]
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++14", b"-default-device", b"--ptxas-options=-v"]
     res = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))

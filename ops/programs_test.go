@@ -27,7 +27,7 @@ func clangCUDA(t *testing.T, clang, src string, flags ...string) string {
 	path := filepath.Join(dir, "k.cu")
 	require.NoError(t, os.WriteFile(path, []byte(src), 0o644))
 	args := append([]string{"-x", "cuda", "--cuda-gpu-arch=sm_80", "--cuda-device-only", "-nocudainc", "-nocudalib",
-		"-std=c++17", "-include", "../tests/cuda/nvrtc_builtins.h"}, flags...)
+		"-std=c++14", "-include", "../tests/cuda/nvrtc_builtins.h"}, flags...)
 	out, err := exec.Command(clang, append(args, path)...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return string(out)

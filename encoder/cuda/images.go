@@ -19,7 +19,7 @@ import (
 // kernel, and mc_cuda_prepare compiles all of them in parallel.
 
 // compileOptions follow the architecture option in every compile.
-var compileOptions = []string{"--std=c++17", "-default-device"}
+var compileOptions = []string{"--std=c++14", "-default-device"}
 
 // target is what an image is compiled for: the device's architecture as a
 // cubin (sm_XY) and, where this NVRTC does not know it, as PTX (compute_XY)
@@ -74,18 +74,22 @@ func allKernels() []string {
 }
 
 // kernelNames lists NAME_f32/_f16/_bf16 for every line-starting
-// MC_INSTANTIATE(NAME, ...) or MC_INSTANTIATE_BOUNDS(NAME, ...) of src, and
-// NAME for every line-starting MC_ENTRY(NAME) (a kernel of one type).
+// MC_INSTANTIATE(NAME, ...) of src (or MC_INSTANTIATE_BOUNDS, _GROUP, ...),
+// and NAME for every line-starting MC_ENTRY(NAME, ...) (a kernel of one
+// type).
 func kernelNames(src string) []string {
 	var names []string
 	src = "\n" + src // the first line starts a line too
+	firstArg := func(call string) string {
+		call = call[strings.IndexByte(call, '(')+1:]
+		return strings.TrimSpace(call[:strings.IndexAny(call, ",)")])
+	}
 	for _, part := range strings.Split(src, "\nMC_INSTANTIATE")[1:] {
-		part = strings.TrimPrefix(strings.TrimPrefix(part, "_BOUNDS"), "(")
-		name := part[:strings.IndexByte(part, ',')]
+		name := firstArg(part)
 		names = append(names, name+"_f32", name+"_f16", name+"_bf16")
 	}
 	for _, part := range strings.Split(src, "\nMC_ENTRY(")[1:] {
-		names = append(names, part[:strings.IndexByte(part, ')')])
+		names = append(names, firstArg("("+part))
 	}
 	return names
 }

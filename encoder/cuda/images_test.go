@@ -16,7 +16,7 @@ import (
 
 // a family of this test's own: two kernels per dtype and one plain kernel
 func init() {
-	Register("MC_INSTANTIATE(test_fwd, (int n), (n))\nMC_INSTANTIATE(test_bwd, (int n), (n))\nMC_ENTRY(test_plain)(int n) {}\n")
+	Register("MC_INSTANTIATE(test_fwd, (int n), (n))\nMC_INSTANTIATE(test_bwd, (int n), (n))\nMC_ENTRY(test_plain, (int n)) {}\n")
 }
 
 // fakeNVRTC stands in for NVRTC: it records what it compiled and returns an

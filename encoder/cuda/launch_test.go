@@ -11,7 +11,7 @@ import (
 
 // The host cost of a call, piece by piece; they need a GPU and skip without.
 
-func init() { cuda.Register("MC_ENTRY(mc_bench_empty)(int n) {}\n") }
+func init() { cuda.Register("MC_ENTRY(mc_bench_empty, (int n)) {}\n") }
 
 func needGPU(b *testing.B) {
 	if n, err := cuda.Devices(); err != nil || n == 0 {

@@ -1,22 +1,55 @@
 // metalcore kernel prelude (CUDA side). Kernels are written against these
-// names only (thread ids, barriers, warp sums, 16-bit loads and stores), so
-// a Metal prelude can map the same bodies to MSL. No CUDA headers: NVRTC
-// runs without a toolkit.
+// names only (thread ids, barriers, shuffles, atomics, 16-bit loads and
+// stores), in C++14 without lambdas, `if constexpr` or double, so that a
+// Metal prelude can map the same bodies to MSL. No CUDA headers: NVRTC runs
+// without a toolkit.
 #define MC_KERNEL extern "C" __global__
 #define MC_DEVICE static __device__ __forceinline__
 #define MC_METHOD __device__ __forceinline__
-#define MC_TID ((int)threadIdx.x)
-#define MC_NTHREADS ((int)blockDim.x)
-#define MC_BLOCK ((long long)blockIdx.x)
-#define MC_NBLOCKS ((long long)gridDim.x)
 #define MC_BARRIER() __syncthreads()
 #define MC_WARP_BARRIER() __syncwarp()
+// MC_SHARED declares group-shared memory, in a kernel's entry only (MSL
+// has no threadgroup variables in other functions): helpers take it as an
+// MC_GROUP pointer or reference.
 #define MC_SHARED __shared__
+#define MC_GROUP
+#define MC_ALIGN(bytes) __align__(bytes)
 // MC_SHARED_DYNAMIC(T, name): the block's dynamic shared memory as T name[]
 #define MC_SHARED_DYNAMIC(T, name) extern __shared__ T name[]
+// MC_BOUNDS(threads, blocks): a kernel's largest block, and the blocks a
+// multiprocessor should hold at once (its register budget)
+#define MC_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 
 typedef unsigned short mc_u16;
 typedef long long mc_i64;
+
+// Thread and group indices. An entry declares them (MC_IDS_DECLARE) and
+// passes them down as `MC_IDS` (MSL has no global thread index); kernel
+// bodies read them as MC_TID and the rest. On CUDA the struct is empty and
+// each read is the special register's: held in a struct, the values took
+// registers (gelu's bfloat16 backward: 40 instead of 32).
+struct mc_ids {
+    MC_METHOD int tid() const { return (int)threadIdx.x; }
+    MC_METHOD int nthreads() const { return (int)blockDim.x; }
+    MC_METHOD mc_i64 block() const { return (mc_i64)blockIdx.x; }
+    MC_METHOD mc_i64 nblocks() const { return (mc_i64)gridDim.x; }
+};
+#define MC_IDS const mc_ids& id
+#define MC_IDS_DECLARE const mc_ids id = {}
+#define MC_TID (id.tid())
+#define MC_NTHREADS (id.nthreads())
+#define MC_BLOCK (id.block())
+#define MC_NBLOCKS (id.nblocks())
+
+// lane l's v exchanged with lane l ^ o's, in a 32-lane SIMD group
+template <class V> MC_DEVICE V mc_shfl_xor(V v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+MC_DEVICE float mc_inf() { return __int_as_float(0x7f800000); }
+// 2^e for e in [-126, 127], exactly
+MC_DEVICE float mc_pow2(int e) { return __int_as_float((127 + e) << 23); }
+// e with |x| = f 2^e, f in [0.5, 1), for normal x (frexp's); -126 for
+// denormals and zero, 129 for infinities and NaN
+MC_DEVICE int mc_exponent(float x) { return ((__float_as_int(x) >> 23) & 255) - 126; }
+
 
 // Element types: T is the storage type, load/store convert to float32
 // (16-bit stores round to nearest even; NaN stays NaN).
@@ -78,18 +111,18 @@ template <class D> struct Vec {
 
 template <class V> MC_DEVICE V mc_warp_sum(V v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v += mc_shfl_xor(v, o);
     return v;
 }
 MC_DEVICE float mc_warp_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, mc_shfl_xor(v, o));
     return v;
 }
 
 // Block-wide reductions; every thread gets the result. scratch holds 33
 // floats of shared memory.
-MC_DEVICE float mc_block_sum(float v, float* scratch) {
+MC_DEVICE float mc_block_sum(MC_IDS, float v, MC_GROUP float* scratch) {
     v = mc_warp_sum(v);
     if (MC_NTHREADS == 32) return v;  // one warp: no shared memory, no barriers
     int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
@@ -102,7 +135,7 @@ MC_DEVICE float mc_block_sum(float v, float* scratch) {
 }
 // mc_block_sum2 sums a and b over the block with one pair of barriers;
 // scratch holds 66 floats.
-MC_DEVICE void mc_block_sum2(float& a, float& b, float* scratch) {
+MC_DEVICE void mc_block_sum2(MC_IDS, float& a, float& b, MC_GROUP float* scratch) {
     a = mc_warp_sum(a);
     b = mc_warp_sum(b);
     if (MC_NTHREADS == 32) return;
@@ -113,14 +146,14 @@ MC_DEVICE void mc_block_sum2(float& a, float& b, float* scratch) {
     a = mc_warp_sum(lane < nwarps ? scratch[lane] : 0.f);
     b = mc_warp_sum(lane < nwarps ? scratch[33 + lane] : 0.f);
 }
-MC_DEVICE float mc_block_max(float v, float* scratch) {
+MC_DEVICE float mc_block_max(MC_IDS, float v, MC_GROUP float* scratch) {
     v = mc_warp_max(v);
     if (MC_NTHREADS == 32) return v;
     int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
     MC_BARRIER();
     if (lane == 0) scratch[warp] = v;
     MC_BARRIER();
-    v = lane < nwarps ? scratch[lane] : -__int_as_float(0x7f800000);
+    v = lane < nwarps ? scratch[lane] : -mc_inf();
     v = mc_warp_max(v);
     return v;
 }
@@ -132,7 +165,7 @@ MC_DEVICE float mc_block_max(float v, float* scratch) {
 MC_DEVICE bool mc_aligned(const void* q, int cols, int n) {
     return ((unsigned long long)q % 16) == 0 && cols % n == 0;
 }
-MC_DEVICE int mc_piece_start(int k, int n) { return (k * MC_NTHREADS + MC_TID) * n; }
+MC_DEVICE int mc_piece_start(MC_IDS, int k, int n) { return (k * MC_NTHREADS + MC_TID) * n; }
 
 template <class D> MC_DEVICE void mc_fetch(const typename D::T* p, int cols, bool vec, int s, float* out) {
     enum { N = Vec<D>::N };
@@ -165,33 +198,38 @@ template <class D, int C> struct Ahead {
     uint4 raw[C];
     bool have = false;
     // fetch starts loading the pieces of row, cols wide (when aligned)
-    MC_METHOD void fetch(const typename D::T* row, int cols) {
+    MC_METHOD void fetch(MC_IDS, const typename D::T* row, int cols) {
         have = mc_aligned(row, cols, N);
 #pragma unroll
-        for (int k = 0; k < C; k++)
-            if (int s = mc_piece_start(k, N); have && s < cols) raw[k] = *(const uint4*)(row + s);
+        for (int k = 0; k < C; k++) {
+            int s = mc_piece_start(id, k, N);
+            if (have && s < cols) raw[k] = *(const uint4*)(row + s);
+        }
     }
     // get is piece k of the row at src (read as mc_fetch reads it): the one
     // fetched ahead, else loaded now
-    MC_METHOD void get(int k, const typename D::T* src, int cols, bool vec, float* out) const {
-        int s = mc_piece_start(k, N);
+    MC_METHOD void get(MC_IDS, int k, const typename D::T* src, int cols, bool vec, float* out) const {
+        int s = mc_piece_start(id, k, N);
         if (have && s < cols) Vec<D>::unpack(raw[k], out);
         else mc_fetch<D>(src, cols, vec, s, out);
     }
 };
 
-// mc_for_rows calls row(r) for this block's rows: its own (a block per row,
+// mc_for_rows calls f(r) for this block's rows: its own (a block per row,
 // as straight-line code: a loop that runs once measured slower), or with
 // `ahead` every MC_NBLOCKS-th row from MC_BLOCK (a wave of blocks).
-template <bool ahead, class F> MC_DEVICE void mc_for_rows(int rows, F row) {
-    if constexpr (!ahead) row((mc_i64)MC_BLOCK);
+template <bool ahead, class F> MC_DEVICE void mc_for_rows(MC_IDS, int rows, F& f) {
+    if (!ahead) f(MC_BLOCK);
     else
-        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) row(r);
+        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) f(r);
 }
 
 // Row<D, C> keeps the first C pieces of a row in registers, so later passes
 // read no memory; wider rows re-read the rest (from source, which a kernel
 // may point elsewhere, e.g. at what it wrote in the first pass).
+//
+// A pass over the row calls a function object, f(values, k, s) for piece k
+// starting at element s (values: N floats, zero past the row's end).
 //
 // A kernel taking several rows a block may fetch the cached pieces of its
 // next row ahead, before it reduces this one.
@@ -203,43 +241,66 @@ template <class D, int C> struct Row {
     int cols;
     bool vec;
     MC_METHOD void init(const typename D::T* row, int c) { src = row; cols = c; vec = mc_aligned(row, c, N); }
-    MC_METHOD int pieces() const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
-    MC_METHOD int start(int k) const { return mc_piece_start(k, N); }
+    MC_METHOD int pieces(MC_IDS) const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
     // fetch_next: start loading the block's next row (r + MC_NBLOCKS of the
     // rows at base, stride apart), if there is one, for the next init
-    MC_METHOD void fetch_next(const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
-        if (r + MC_NBLOCKS < rows) next.fetch(base + (r + MC_NBLOCKS) * stride, cols);
+    MC_METHOD void fetch_next(MC_IDS, const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
+        if (r + MC_NBLOCKS < rows) next.fetch(id, base + (r + MC_NBLOCKS) * stride, cols);
     }
     // load: fetch every piece (caching the first C; those fetched ahead come
-    // from registers) and call f(values, k)
-    template <class F> MC_METHOD void load(F f) {
-        int n = pieces();
+    // from registers) and pass it to f
+    template <class F> MC_METHOD void load(MC_IDS, F& f) {
+        int n = pieces(id);
 #pragma unroll
         for (int k = 0; k < C; k++)
             if (k < n) {
-                next.get(k, src, cols, vec, v[k]);
-                f(v[k], k);
+                next.get(id, k, src, cols, vec, v[k]);
+                f(v[k], k, mc_piece_start(id, k, N));
             }
         next.have = false;
-        for (int k = C; k < n; k++) {
-            float t[N];
-            mc_fetch<D>(src, cols, vec, start(k), t);
-            f(t, k);
-        }
+        rest(id, f);
     }
-    // each: call f(values, k) again, from registers where cached
-    template <class F> MC_METHOD void each(F f) {
-        int n = pieces();
+    // each: pass every piece to f again, from registers where cached
+    template <class F> MC_METHOD void each(MC_IDS, F& f) {
+        int n = pieces(id);
 #pragma unroll
         for (int k = 0; k < C; k++)
-            if (k < n) f(v[k], k);
+            if (k < n) f(v[k], k, mc_piece_start(id, k, N));
+        rest(id, f);
+    }
+    // rest: the pieces past the cache, read from src
+    template <class F> MC_METHOD void rest(MC_IDS, F& f) const {
+        int n = pieces(id);
         for (int k = C; k < n; k++) {
             float t[N];
-            mc_fetch<D>(src, cols, vec, start(k), t);
-            f(t, k);
+            int s = mc_piece_start(id, k, N);
+            mc_fetch<D>(src, cols, vec, s, t);
+            f(t, k, s);
         }
     }
 };
+
+// Blocks that wait for each other (QR's panel groups). mc_load_coherent
+// reads from L2, past this multiprocessor's L1, which may hold a stale copy
+// of what another block wrote. mc_blocks_sync is arrival `target` at
+// *counter: every block counted must be resident at once, so such kernels
+// are launched cooperatively (the launch fails rather than hangs).
+MC_DEVICE float mc_load_coherent(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+MC_DEVICE void mc_blocks_sync(MC_IDS, unsigned* counter, unsigned target) {
+    __threadfence();
+    MC_BARRIER();
+    if (MC_TID == 0) {
+        atomicAdd(counter, 1u);
+        while (*(volatile unsigned*)counter < target) {
+        }
+        __threadfence();
+    }
+    MC_BARRIER();
+}
 
 // Kernel selection. The library compiles each kernel as a program of its
 // own (the prelude, its family's source, and MC_SELECT with
@@ -261,17 +322,32 @@ template <class D, int C> struct Row {
 #define MC_IF_0(...)
 #define MC_IF(NAME) MC_CAT(MC_IF_, MC_WANTED(NAME))
 
-// MC_ENTRY(NAME)(params) { body }: a kernel of one type. One not selected
-// becomes a template never instantiated: parsed, never compiled.
-#define MC_ENTRY(NAME) MC_CAT(MC_ENTRY_, MC_WANTED(NAME)) NAME
+// MC_ENTRY(NAME, PARAMS) { body }: a kernel of one type, whose body starts
+// with MC_IDS_DECLARE. One not selected becomes a template never
+// instantiated: parsed, never compiled.
+#define MC_ENTRY(NAME, PARAMS) MC_CAT(MC_ENTRY_, MC_WANTED(NAME)) NAME PARAMS
 #define MC_ENTRY_1 MC_KERNEL void
 #define MC_ENTRY_0 template <int mc_unselected> static __device__ void
 
 // One kernel per dtype: NAME_f32, NAME_f16, NAME_bf16, each calling
-// NAME<D>(args...). BOUNDS: nothing, or __launch_bounds__(threads, blocks)
-// where a kernel must keep to a register budget.
-#define MC_INSTANTIATE_BOUNDS(NAME, BOUNDS, PARAMS, ARGS)                          \
-    MC_IF(NAME##_f32)(MC_KERNEL void BOUNDS NAME##_f32 PARAMS { NAME<F32> ARGS; })    \
-    MC_IF(NAME##_f16)(MC_KERNEL void BOUNDS NAME##_f16 PARAMS { NAME<F16> ARGS; })    \
-    MC_IF(NAME##_bf16)(MC_KERNEL void BOUNDS NAME##_bf16 PARAMS { NAME<BF16> ARGS; })
+// NAME<D>(id, args...). BOUNDS: nothing, or MC_BOUNDS(threads, blocks) where
+// a kernel must keep to a register budget. MC_INSTANTIATE_GROUP also gives
+// NAME<D> the block's `floats` floats of shared memory, declared in the
+// entry: NAME<D>(id, group, args...).
+#define MC_WITH_IDS(...) (id, __VA_ARGS__)
+#define MC_WITH_GROUP(...) (id, mc_group, __VA_ARGS__)
+#define MC_DTYPE_KERNEL(NAME, DT, D, BOUNDS, PARAMS, DECL, CALL) \
+    MC_IF(NAME##_##DT)(MC_KERNEL void BOUNDS NAME##_##DT PARAMS { MC_IDS_DECLARE; DECL NAME<D> CALL; })
+#define MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, DECL, CALL)       \
+    MC_DTYPE_KERNEL(NAME, f32, F32, BOUNDS, PARAMS, DECL, CALL)  \
+    MC_DTYPE_KERNEL(NAME, f16, F16, BOUNDS, PARAMS, DECL, CALL)  \
+    MC_DTYPE_KERNEL(NAME, bf16, BF16, BOUNDS, PARAMS, DECL, CALL)
+#define MC_INSTANTIATE_BOUNDS(NAME, BOUNDS, PARAMS, ARGS) MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, , MC_WITH_IDS ARGS)
 #define MC_INSTANTIATE(NAME, PARAMS, ARGS) MC_INSTANTIATE_BOUNDS(NAME, , PARAMS, ARGS)
+#define MC_INSTANTIATE_GROUP(NAME, FLOATS, BOUNDS, PARAMS, ARGS) \
+    MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, MC_SHARED float mc_group[FLOATS];, MC_WITH_GROUP ARGS)
+// MC_INSTANTIATE_DYNAMIC: NAME<D>(id, dynamic, args...), dynamic the block's
+// dynamic shared memory as T[] (its size set at launch)
+#define MC_WITH_DYNAMIC(...) (id, mc_dynamic, __VA_ARGS__)
+#define MC_INSTANTIATE_DYNAMIC(NAME, T, BOUNDS, PARAMS, ARGS) \
+    MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, MC_SHARED_DYNAMIC(T, mc_dynamic);, MC_WITH_DYNAMIC ARGS)

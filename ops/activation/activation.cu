@@ -75,8 +75,10 @@ MC_DEVICE float silu_grad(float dy, float x) {
     return dy * s * (1.f + x * (1.f - s));
 }
 
-// apply f(a[i], b[i]) -> out[i] for i < n (b may be null)
-template <class D, class F> MC_DEVICE void elementwise(const void* a_, const void* b_, void* out_, mc_i64 n, F f) {
+// apply f(a[i], b[i]) -> out[i] for i < n (b may be null); f is a function
+// object of two floats
+template <class D, class F>
+MC_DEVICE void elementwise(MC_IDS, const void* a_, const void* b_, void* out_, mc_i64 n, F f) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     const T* a = (const T*)a_;
@@ -99,37 +101,61 @@ template <class D, class F> MC_DEVICE void elementwise(const void* a_, const voi
     for (mc_i64 i = done + first; i < n; i += stride) D::store(out + i, f(D::load(a + i), b ? D::load(b + i) : 0.f));
 }
 
-// One kernel per GELU form: a kernel's registers are those of its most
-// demanding path, so the erf form's do not pay for the tanh form's.
-template <class D> __device__ void gelu_fwd(const void* x, void* y, mc_i64 n) {
-    elementwise<D>(x, 0, y, n, [](float v, float) { return gelu_f(v, 0); });
-}
-MC_INSTANTIATE(gelu_fwd, (const void* x, void* y, mc_i64 n), (x, y, n))
+// The activations as function objects: (x, unused) forward, (dy, x) backward.
+struct GeluErf {
+    MC_METHOD float operator()(float v, float) const { return gelu_f(v, 0); }
+};
+struct GeluTanh {
+    MC_METHOD float operator()(float v, float) const { return gelu_f(v, 1); }
+};
+struct GeluErfGrad {
+    MC_METHOD float operator()(float d, float v) const { return gelu_grad(d, v, 0); }
+};
+struct GeluErfGrad16 {
+    MC_METHOD float operator()(float d, float v) const { return gelu_grad_16bit(d, v); }
+};
+struct GeluTanhGrad {
+    MC_METHOD float operator()(float d, float v) const { return gelu_grad(d, v, 1); }
+};
+struct Silu {
+    MC_METHOD float operator()(float v, float) const { return silu_f(v); }
+};
+struct SiluGrad {
+    MC_METHOD float operator()(float d, float v) const { return silu_grad(d, v); }
+};
+// The erf form's gradient of 16-bit data takes gelu_grad_16bit.
+template <class D> struct GeluErfGradOf {
+    typedef GeluErfGrad F;
+};
+template <> struct GeluErfGradOf<F16> {
+    typedef GeluErfGrad16 F;
+};
+template <> struct GeluErfGradOf<BF16> {
+    typedef GeluErfGrad16 F;
+};
 
-template <class D> __device__ void gelu_tanh_fwd(const void* x, void* y, mc_i64 n) {
-    elementwise<D>(x, 0, y, n, [](float v, float) { return gelu_f(v, 1); });
-}
-MC_INSTANTIATE(gelu_tanh_fwd, (const void* x, void* y, mc_i64 n), (x, y, n))
-
-template <class D> __device__ void gelu_bwd(const void* dy, const void* x, void* dx, mc_i64 n) {
-    if constexpr (sizeof(typename D::T) == 2)
-        elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad_16bit(d, v); });
-    else
-        elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad(d, v, 0); });
-}
-MC_INSTANTIATE(gelu_bwd, (const void* dy, const void* x, void* dx, mc_i64 n), (dy, x, dx, n))
-
-template <class D> __device__ void gelu_tanh_bwd(const void* dy, const void* x, void* dx, mc_i64 n) {
-    elementwise<D>(dy, x, dx, n, [](float d, float v) { return gelu_grad(d, v, 1); });
-}
-MC_INSTANTIATE(gelu_tanh_bwd, (const void* dy, const void* x, void* dx, mc_i64 n), (dy, x, dx, n))
-
-template <class D> __device__ void silu_fwd(const void* x, void* y, mc_i64 n) {
-    elementwise<D>(x, 0, y, n, [&](float v, float) { return silu_f(v); });
-}
-MC_INSTANTIATE(silu_fwd, (const void* x, void* y, mc_i64 n), (x, y, n))
-
-template <class D> __device__ void silu_bwd(const void* dy, const void* x, void* dx, mc_i64 n) {
-    elementwise<D>(dy, x, dx, n, [&](float d, float v) { return silu_grad(d, v); });
-}
-MC_INSTANTIATE(silu_bwd, (const void* dy, const void* x, void* dx, mc_i64 n), (dy, x, dx, n))
+// One kernel per activation and form (a kernel's registers are those of its
+// most demanding path, so the erf form's do not pay for the tanh form's):
+// NAME<D> applies F over n elements of one input (x) or two (dy, x).
+#define MC_ACTIVATION_FWD(NAME, F)                                                      \
+    template <class D> MC_DEVICE void NAME(MC_IDS, const void* x, void* y, mc_i64 n) { \
+        elementwise<D>(id, x, 0, y, n, F());                                          \
+    }
+#define MC_ACTIVATION_BWD(NAME, F)                                                                         \
+    template <class D> MC_DEVICE void NAME(MC_IDS, const void* dy, const void* x, void* dx, mc_i64 n) { \
+        elementwise<D>(id, dy, x, dx, n, F());                                                           \
+    }
+MC_ACTIVATION_FWD(gelu_fwd, GeluErf)
+MC_ACTIVATION_FWD(gelu_tanh_fwd, GeluTanh)
+MC_ACTIVATION_BWD(gelu_bwd, typename GeluErfGradOf<D>::F)
+MC_ACTIVATION_BWD(gelu_tanh_bwd, GeluTanhGrad)
+MC_ACTIVATION_FWD(silu_fwd, Silu)
+MC_ACTIVATION_BWD(silu_bwd, SiluGrad)
+#define MC_ACTIVATION_FWD_PARAMS (const void* x, void* y, mc_i64 n)
+#define MC_ACTIVATION_BWD_PARAMS (const void* dy, const void* x, void* dx, mc_i64 n)
+MC_INSTANTIATE(gelu_fwd, MC_ACTIVATION_FWD_PARAMS, (x, y, n))
+MC_INSTANTIATE(gelu_tanh_fwd, MC_ACTIVATION_FWD_PARAMS, (x, y, n))
+MC_INSTANTIATE(gelu_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))
+MC_INSTANTIATE(gelu_tanh_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))
+MC_INSTANTIATE(silu_fwd, MC_ACTIVATION_FWD_PARAMS, (x, y, n))
+MC_INSTANTIATE(silu_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))

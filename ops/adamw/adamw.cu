@@ -52,7 +52,7 @@ MC_DEVICE float adamw_elem(float p, float g, float& m, float& v, float* vmax, co
     return p * h.decay - h.step_size * m / (sqrtf(vi) / h.bc2_sqrt + h.eps);
 }
 
-template <class D> __device__ void adamw_step(const AdamWBatch& b) {
+template <class D> MC_DEVICE void adamw_step(MC_IDS, const AdamWBatch& b) {
     typedef typename D::T T;
     mc_i64 blk = MC_BLOCK;
     int t = 0, hi_t = (int)b.count - 1;  // the last tensor whose first block <= blk

@@ -2,70 +2,101 @@
 // blocks with per-column partials in the workspace (backward), and a column
 // sum of those partials. Strides are in elements, per row.
 
-// The second pass of both RMSNorm forwards: y = x * inv * w (w optional)
-// over the row x holds.
-template <class D, int C>
-MC_DEVICE void rms_write(Row<D, C>& x, float inv, const typename D::T* w, typename D::T* y) {
+// The passes over a row are function objects, f(values, k, s) for piece k
+// at element s, given to Row's load and each.
+
+// ss: the sum of squares (pieces are zero past the row's end)
+template <class D> struct SumSquares {
     enum { N = Vec<D>::N };
-    int cols = x.cols;
-    bool wvec = w && mc_aligned(w, cols, N), yvec = mc_aligned(y, cols, N);
-    x.each([&](float* v, int k) {
-        int s = x.start(k);
+    float ss;
+    MC_METHOD void operator()(const float* v, int, int) {
+        for (int j = 0; j < N; j++) ss += v[j] * v[j];
+    }
+};
+
+// y = x * inv * w (w optional): the second pass of both RMSNorm forwards
+template <class D> struct RmsWrite {
+    enum { N = Vec<D>::N };
+    float inv;
+    const typename D::T* w;
+    typename D::T* y;
+    int cols;
+    bool wvec, yvec;
+    MC_METHOD void operator()(const float* v, int, int s) const {
         float o[N], wv[N];
         if (w) mc_fetch<D>(w, cols, wvec, s, wv);
         for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
         mc_store<D>(y, cols, yvec, s, o);
-    });
+    }
+};
+template <class D, int C>
+MC_DEVICE void rms_write(MC_IDS, Row<D, C>& x, float inv, const typename D::T* w, typename D::T* y) {
+    enum { N = Vec<D>::N };
+    RmsWrite<D> f = {inv, w, y, x.cols, w && mc_aligned(w, x.cols, N), mc_aligned(y, x.cols, N)};
+    x.each(id, f);
 }
 
 // A block takes rows MC_BLOCK, + MC_NBLOCKS, ...: rmsnorm_fwd is launched
 // with a block per row; rmsnorm_fwd_ahead with as many blocks as fit the
 // GPU at once, each fetching its next row while it reduces and writes the
 // current one (w then stays in the multiprocessor's L1).
-template <class D, bool ahead>
-MC_DEVICE void rmsnorm_rows(const void* x_, mc_i64 xs, const void* w_, void* y_, mc_i64 ys, float* rstd, int rows,
-                            int cols, float eps) {
+template <class D, bool ahead> struct RmsNormRows {
     typedef typename D::T T;
-    enum { N = Vec<D>::N };
-    MC_SHARED float red[33];
-    const T* xb = (const T*)x_;
-    Row<D, MC_CACHE> x;
-    mc_for_rows<ahead>(rows, [&](mc_i64 r) {
+    MC_IDS;
+    MC_GROUP float* red;
+    Row<D, MC_CACHE>& x;
+    const T* xb;
+    mc_i64 xs;
+    const T* w;
+    T* y;
+    mc_i64 ys;
+    float* rstd;
+    int rows, cols;
+    float eps;
+    MC_METHOD void operator()(mc_i64 r) {
         x.init(xb + r * xs, cols);
-        float ss = 0.f;
-        x.load([&](float* v, int) {
-            for (int j = 0; j < N; j++) ss += v[j] * v[j];
-        });
-        if constexpr (ahead) x.fetch_next(xb, xs, r, rows);
-        float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
-        rms_write<D>(x, inv, (const T*)w_, (T*)y_ + r * ys);
+        SumSquares<D> sq = {0.f};
+        x.load(id, sq);
+        if (ahead) x.fetch_next(id, xb, xs, r, rows);
+        float inv = rsqrtf(mc_block_sum(id, sq.ss, red) / cols + eps);
+        rms_write<D>(id, x, inv, w, y + r * ys);
         if (rstd && MC_TID == 0) rstd[r] = inv;
-    });
+    }
+};
+template <class D, bool ahead>
+MC_DEVICE void rmsnorm_rows(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys,
+                            float* rstd, int rows, int cols, float eps) {
+    typedef typename D::T T;
+    Row<D, MC_CACHE> row;
+    RmsNormRows<D, ahead> f = {id, red, row, (const T*)x, xs, (const T*)w, (T*)y, ys, rstd, rows, cols, eps};
+    mc_for_rows<ahead>(id, rows, f);
 }
 #define MC_RMSNORM_FWD_PARAMS \
     (const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys, float* rstd, int rows, int cols, float eps)
 #define MC_RMSNORM_FWD_ARGS (x, xs, w, y, ys, rstd, rows, cols, eps)
-template <class D> __device__ void rmsnorm_fwd MC_RMSNORM_FWD_PARAMS { rmsnorm_rows<D, false> MC_RMSNORM_FWD_ARGS; }
-template <class D> __device__ void rmsnorm_fwd_ahead MC_RMSNORM_FWD_PARAMS { rmsnorm_rows<D, true> MC_RMSNORM_FWD_ARGS; }
-MC_INSTANTIATE(rmsnorm_fwd, MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
-MC_INSTANTIATE(rmsnorm_fwd_ahead, MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
+#define MC_NORM_SCRATCH 33  // floats of shared memory: mc_block_sum's
+template <class D> MC_DEVICE void rmsnorm_fwd(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w,
+                                              void* y, mc_i64 ys, float* rstd, int rows, int cols, float eps) {
+    rmsnorm_rows<D, false>(id, red, x, xs, w, y, ys, rstd, rows, cols, eps);
+}
+template <class D> MC_DEVICE void rmsnorm_fwd_ahead(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs,
+                                                    const void* w, void* y, mc_i64 ys, float* rstd, int rows, int cols,
+                                                    float eps) {
+    rmsnorm_rows<D, true>(id, red, x, xs, w, y, ys, rstd, rows, cols, eps);
+}
+MC_INSTANTIATE_GROUP(rmsnorm_fwd, MC_NORM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
+MC_INSTANTIATE_GROUP(rmsnorm_fwd_ahead, MC_NORM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
 
-// residual_out = x + residual rounded to the dtype; y = rmsnorm(residual_out) * w
-template <class D>
-__device__ void fused_add_rmsnorm_fwd(const void* x_, mc_i64 xs, const void* res_, mc_i64 rs, const void* w_, void* y_,
-                                      mc_i64 ys, void* ro_, mc_i64 ros, float* rstd, int cols, float eps) {
-    typedef typename D::T T;
+// ro = x + res rounded to the dtype, written as the pass goes; ss: its
+// sum of squares
+template <class D> struct AddResidual {
     enum { N = Vec<D>::N };
-    MC_SHARED float red[33];
-    mc_i64 r = MC_BLOCK;
-    const T* res = (const T*)res_ + r * rs;
-    T* ro = (T*)ro_ + r * ros;
-    bool resvec = mc_aligned(res, cols, N), rovec = mc_aligned(ro, cols, N);
-    Row<D, MC_CACHE> x;
-    x.init((const T*)x_ + r * xs, cols);
-    float ss = 0.f;
-    x.load([&](float* v, int k) {
-        int s = x.start(k);
+    const typename D::T* res;
+    typename D::T* ro;
+    int cols;
+    bool resvec, rovec;
+    float ss;
+    MC_METHOD void operator()(float* v, int, int s) {
         float rv[N];
         mc_fetch<D>(res, cols, resvec, s, rv);
         for (int j = 0; j < N; j++) {
@@ -73,70 +104,128 @@ __device__ void fused_add_rmsnorm_fwd(const void* x_, mc_i64 xs, const void* res
             ss += s + j < cols ? v[j] * v[j] : 0.f;
         }
         mc_store<D>(ro, cols, rovec, s, v);
-    });
-    float inv = rsqrtf(mc_block_sum(ss, red) / cols + eps);
+    }
+};
+
+// residual_out = x + residual rounded to the dtype; y = rmsnorm(residual_out) * w
+template <class D>
+MC_DEVICE void fused_add_rmsnorm_fwd(MC_IDS, MC_GROUP float* red, const void* x_, mc_i64 xs, const void* res_,
+                                     mc_i64 rs, const void* w_, void* y_, mc_i64 ys, void* ro_, mc_i64 ros,
+                                     float* rstd, int cols, float eps) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    mc_i64 r = MC_BLOCK;
+    const T* res = (const T*)res_ + r * rs;
+    T* ro = (T*)ro_ + r * ros;
+    Row<D, MC_CACHE> x;
+    x.init((const T*)x_ + r * xs, cols);
+    AddResidual<D> add = {res, ro, cols, mc_aligned(res, cols, N), mc_aligned(ro, cols, N), 0.f};
+    x.load(id, add);
+    float inv = rsqrtf(mc_block_sum(id, add.ss, red) / cols + eps);
     x.src = ro; // pieces past the cache re-read the sum this thread wrote
-    x.vec = rovec;
-    rms_write<D>(x, inv, (const T*)w_, (T*)y_ + r * ys);
+    x.vec = add.rovec;
+    rms_write<D>(id, x, inv, (const T*)w_, (T*)y_ + r * ys);
     if (rstd && MC_TID == 0) rstd[r] = inv;
 }
-MC_INSTANTIATE(fused_add_rmsnorm_fwd,
-               (const void* x, mc_i64 xs, const void* res, mc_i64 rs, const void* w, void* y, mc_i64 ys, void* ro,
-                mc_i64 ros, float* rstd, int cols, float eps),
-               (x, xs, res, rs, w, y, ys, ro, ros, rstd, cols, eps))
+MC_INSTANTIATE_GROUP(fused_add_rmsnorm_fwd, MC_NORM_SCRATCH, ,
+                     (const void* x, mc_i64 xs, const void* res, mc_i64 rs, const void* w, void* y, mc_i64 ys,
+                      void* ro, mc_i64 ros, float* rstd, int cols, float eps),
+                     (x, xs, res, rs, w, y, ys, ro, ros, rstd, cols, eps))
+
+// the row's sum, and the sum of squared deviations from mu
+template <class D> struct Sum {
+    enum { N = Vec<D>::N };
+    float sum;
+    MC_METHOD void operator()(const float* v, int, int) {
+        for (int j = 0; j < N; j++) sum += v[j];
+    }
+};
+template <class D> struct SquaredDeviations {
+    enum { N = Vec<D>::N };
+    float mu;
+    int cols;
+    float sq;
+    MC_METHOD void operator()(const float* v, int, int s) {
+        for (int j = 0; j < N; j++) sq += s + j < cols ? (v[j] - mu) * (v[j] - mu) : 0.f;
+    }
+};
+// y = (x - mu) * inv * w + b (w, b optional)
+template <class D> struct LayerWrite {
+    enum { N = Vec<D>::N };
+    float mu, inv;
+    const typename D::T *w, *b;
+    typename D::T* y;
+    int cols;
+    bool wvec, bvec, yvec;
+    MC_METHOD void operator()(const float* v, int, int s) const {
+        float o[N], wv[N], bv[N];
+        if (w) mc_fetch<D>(w, cols, wvec, s, wv);
+        if (b) mc_fetch<D>(b, cols, bvec, s, bv);
+        for (int j = 0; j < N; j++) o[j] = (v[j] - mu) * inv * (w ? wv[j] : 1.f) + (b ? bv[j] : 0.f);
+        mc_store<D>(y, cols, yvec, s, o);
+    }
+};
 
 // Rows as rmsnorm_rows takes them; the variance is a second pass over the
 // cached row (x - mean), not E[x^2] - mean^2, which cancels.
-template <class D, bool ahead>
-MC_DEVICE void layernorm_rows(const void* x_, mc_i64 xs, const void* w_, const void* b_, void* y_, mc_i64 ys,
-                              float* mean, float* rstd, int rows, int cols, float eps) {
+template <class D, bool ahead> struct LayerNormRows {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
-    MC_SHARED float red[33];
-    const T* xb = (const T*)x_;
-    const T* w = (const T*)w_;
-    const T* b = (const T*)b_;
-    bool wvec = w && mc_aligned(w, cols, N), bvec = b && mc_aligned(b, cols, N);
-    Row<D, MC_CACHE> x;
-    mc_for_rows<ahead>(rows, [&](mc_i64 r) {
+    MC_IDS;
+    MC_GROUP float* red;
+    Row<D, MC_CACHE>& x;
+    const T* xb;
+    mc_i64 xs;
+    const T *w, *b;
+    T* y;
+    mc_i64 ys;
+    float *mean, *rstd;
+    int rows, cols;
+    float eps;
+    MC_METHOD void operator()(mc_i64 r) {
         x.init(xb + r * xs, cols);
-        float sum = 0.f;
-        x.load([&](float* v, int) {
-            for (int j = 0; j < N; j++) sum += v[j];
-        });
-        if constexpr (ahead) x.fetch_next(xb, xs, r, rows);
-        float mu = mc_block_sum(sum, red) / cols, sq = 0.f;
-        x.each([&](float* v, int k) {
-            int s = x.start(k);
-            for (int j = 0; j < N; j++) sq += s + j < cols ? (v[j] - mu) * (v[j] - mu) : 0.f;
-        });
-        float inv = rsqrtf(mc_block_sum(sq, red) / cols + eps);
-        T* y = (T*)y_ + r * ys;
-        bool yvec = mc_aligned(y, cols, N);
-        x.each([&](float* v, int k) {
-            int s = x.start(k);
-            float o[N], wv[N], bv[N];
-            if (w) mc_fetch<D>(w, cols, wvec, s, wv);
-            if (b) mc_fetch<D>(b, cols, bvec, s, bv);
-            for (int j = 0; j < N; j++) o[j] = (v[j] - mu) * inv * (w ? wv[j] : 1.f) + (b ? bv[j] : 0.f);
-            mc_store<D>(y, cols, yvec, s, o);
-        });
+        Sum<D> sum = {0.f};
+        x.load(id, sum);
+        if (ahead) x.fetch_next(id, xb, xs, r, rows);
+        SquaredDeviations<D> dev = {mc_block_sum(id, sum.sum, red) / cols, cols, 0.f};
+        x.each(id, dev);
+        float inv = rsqrtf(mc_block_sum(id, dev.sq, red) / cols + eps);
+        T* yr = y + r * ys;
+        LayerWrite<D> out = {dev.mu, inv, w, b, yr, cols, w && mc_aligned(w, cols, N), b && mc_aligned(b, cols, N),
+                             mc_aligned(yr, cols, N)};
+        x.each(id, out);
         if (MC_TID == 0) {
-            if (mean) mean[r] = mu;
+            if (mean) mean[r] = dev.mu;
             if (rstd) rstd[r] = inv;
         }
-    });
+    }
+};
+template <class D, bool ahead>
+MC_DEVICE void layernorm_rows(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w, const void* b,
+                              void* y, mc_i64 ys, float* mean, float* rstd, int rows, int cols, float eps) {
+    typedef typename D::T T;
+    Row<D, MC_CACHE> row;
+    LayerNormRows<D, ahead> f = {id,   red, row,  (const T*)x, xs,   (const T*)w, (const T*)b, (T*)y, ys,
+                                 mean, rstd, rows, cols,        eps};
+    mc_for_rows<ahead>(id, rows, f);
 }
 #define MC_LAYERNORM_FWD_PARAMS                                                                                     \
     (const void* x, mc_i64 xs, const void* w, const void* b, void* y, mc_i64 ys, float* mean, float* rstd, int rows, \
      int cols, float eps)
 #define MC_LAYERNORM_FWD_ARGS (x, xs, w, b, y, ys, mean, rstd, rows, cols, eps)
-template <class D> __device__ void layernorm_fwd MC_LAYERNORM_FWD_PARAMS { layernorm_rows<D, false> MC_LAYERNORM_FWD_ARGS; }
-template <class D> __device__ void layernorm_fwd_ahead MC_LAYERNORM_FWD_PARAMS {
-    layernorm_rows<D, true> MC_LAYERNORM_FWD_ARGS;
+template <class D>
+MC_DEVICE void layernorm_fwd(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w, const void* b,
+                             void* y, mc_i64 ys, float* mean, float* rstd, int rows, int cols, float eps) {
+    layernorm_rows<D, false>(id, red, x, xs, w, b, y, ys, mean, rstd, rows, cols, eps);
 }
-MC_INSTANTIATE(layernorm_fwd, MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
-MC_INSTANTIATE(layernorm_fwd_ahead, MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
+template <class D>
+MC_DEVICE void layernorm_fwd_ahead(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w,
+                                   const void* b, void* y, mc_i64 ys, float* mean, float* rstd, int rows, int cols,
+                                   float eps) {
+    layernorm_rows<D, true>(id, red, x, xs, w, b, y, ys, mean, rstd, rows, cols, eps);
+}
+MC_INSTANTIATE_GROUP(layernorm_fwd, MC_NORM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_fwd_ahead, MC_NORM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
 
 // Backward (layer: LayerNorm, else RMSNorm, fixed at compile time so
 // RMSNorm keeps no bias sums): block b takes rows [b*rows/P, (b+1)*rows/P)
@@ -145,16 +234,74 @@ MC_INSTANTIATE(layernorm_fwd_ahead, MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_AR
 // for LayerNorm). The first C pieces of dy and x (16 elements: 4 float32
 // pieces, 2 of 16-bit) stay in registers and accumulate there; wider rows
 // re-read and add in memory (each thread owns its columns).
+// The helpers take the kernel's state by reference, as locals of
+// norm_bwd (not members of one object: registers measured 20-30% more).
+
+// w's cached piece k (starting at s): from registers (wc, with `ahead`), or
+// fetched into buf
+template <class D, bool ahead>
+MC_DEVICE const float* norm_w_piece(const float* wc, const typename D::T* w, int cols, bool wvec, int s, float* buf) {
+    if (ahead) return wc;
+    if (w) mc_fetch<D>(w, cols, wvec, s, buf);
+    return buf;
+}
+// starts loading the cached pieces of row r's dy and x (raw) when `ahead`
+// and the row is the block's; returns whether it did
+template <class D, bool ahead, int C>
+MC_DEVICE bool norm_prefetch(MC_IDS, uint4 (&nd)[C], uint4 (&nx)[C], const typename D::T* dy,
+                             const typename D::T* x, int cols, int n, bool mine) {
+    enum { N = Vec<D>::N };
+    bool vec = ahead && mine && mc_aligned(dy, cols, N) && mc_aligned(x, cols, N);
+#pragma unroll
+    for (int k = 0; k < C; k++) {
+        int s = mc_piece_start(id, k, N);
+        if (vec && k < n && s < cols) {
+            nd[k] = *(const uint4*)(dy + s);
+            nx[k] = *(const uint4*)(x + s);
+        }
+    }
+    return vec;
+}
+// pass 1: sum(g) and sum(g * xhat) (RMSNorm: sum(g * x)); wv unused without w
+template <int N, bool layer>
+MC_DEVICE void norm_sums(const float* d, const float* xv, const float* wv, bool w, float mu, float inv, float& sg,
+                         float& sgx) {
+    for (int j = 0; j < N; j++) {
+        float g = d[j] * (w ? wv[j] : 1.f);
+        sg += g;
+        sgx += g * (layer ? (xv[j] - mu) * inv : xv[j]);
+    }
+}
+// pass 2's row statistics and coefficients
+struct NormGradTerms {
+    float mu, inv, a, c;
+};
+// pass 2: dx, and the weight/bias terms added to aw/ab
+template <class D, bool layer>
+MC_DEVICE void norm_grads(const float* d, const float* xv, const float* wv, bool w, NormGradTerms t,
+                          typename D::T* dx, int cols, bool dxvec, int s, float* aw, float* ab) {
+    enum { N = Vec<D>::N };
+    float o[N];
+    for (int j = 0; j < N; j++) {
+        float xh = layer ? (xv[j] - t.mu) * t.inv : xv[j];
+        o[j] = t.inv * (d[j] * (w ? wv[j] : 1.f) - t.c * xh - t.a);
+        aw[j] += d[j] * (layer ? xh : xv[j] * t.inv);
+        ab[j] += d[j];
+    }
+    mc_store<D>(dx, cols, dxvec, s, o);
+}
+
 template <class D, bool layer, bool ahead>
-__device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs, const void* w_,
-                         const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial, int rows,
-                         int cols) {
+MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
+                        const void* w_, const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial,
+                        int rows, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N, C = 16 / N };
-    MC_SHARED float red[66];
     int nb = (int)MC_NBLOCKS;
     int r0 = (int)(MC_BLOCK * rows / nb), r1 = (int)((MC_BLOCK + 1) * rows / nb);
     const T* w = (const T*)w_;
+    const T* dyb = (const T*)dy_;
+    const T* xb = (const T*)x_;
     bool wvec = w && mc_aligned(w, cols, N);
     float* part = partial ? partial + MC_BLOCK * (layer ? 2 : 1) * cols : 0;
     float accw[C][N], accb[C][N];
@@ -167,58 +314,33 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
     // that the block keeps loads in flight while it reduces and writes. That
     // costs registers: the host takes it for rows of up to 256 threads.
     float wc[ahead ? C : 1][N];
-    if constexpr (ahead)
+    if (ahead)
 #pragma unroll
         for (int k = 0; k < C; k++)
-            if (w && k < n) mc_fetch<D>(w, cols, wvec, mc_piece_start(k, N), wc[k]);
-    // w's cached piece k (starting at s): from registers, or fetched into buf
-    auto wpiece = [&](int k, int s, float* buf) -> const float* {
-        if constexpr (ahead) return wc[k];
-        if (w) mc_fetch<D>(w, cols, wvec, s, buf);
-        return buf;
-    };
+            if (w && k < n) mc_fetch<D>(w, cols, wvec, mc_piece_start(id, k, N), wc[ahead ? k : 0]);
     // Not Ahead<D, C> twice: one alignment flag for both rows measured up to
     // 9% faster for bfloat16 RMSNorm backward than a flag each.
     uint4 nd[C], nx[C];
-    bool nvec = false;
-    auto prefetch = [&](int r) {
-        const T* dy = (const T*)dy_ + (mc_i64)r * dys;
-        const T* x = (const T*)x_ + (mc_i64)r * xs;
-        nvec = ahead && r < r1 && mc_aligned(dy, cols, N) && mc_aligned(x, cols, N);
-#pragma unroll
-        for (int k = 0; k < C; k++)
-            if (int s = mc_piece_start(k, N); nvec && k < n && s < cols) {
-                nd[k] = *(const uint4*)(dy + s);
-                nx[k] = *(const uint4*)(x + s);
-            }
-    };
-    prefetch(r0);
+    bool nvec = norm_prefetch<D, ahead, C>(id, nd, nx, dyb + (mc_i64)r0 * dys, xb + (mc_i64)r0 * xs, cols, n, r0 < r1);
     if (part)
         for (int k = C; k < n; k++)
-            for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
+            for (int j = 0, s = mc_piece_start(id, k, N); j < N; j++)
                 if (s + j < cols) {
                     part[s + j] = 0.f;
                     if (layer) part[cols + s + j] = 0.f;
                 }
     for (int r = r0; r < r1; r++) {
-        const T* dy = (const T*)dy_ + (mc_i64)r * dys;
-        const T* x = (const T*)x_ + (mc_i64)r * xs;
+        const T* dy = dyb + (mc_i64)r * dys;
+        const T* x = xb + (mc_i64)r * xs;
         T* dx = (T*)dx_ + (mc_i64)r * dxs;
         bool dyvec = mc_aligned(dy, cols, N), xvec = mc_aligned(x, cols, N), dxvec = mc_aligned(dx, cols, N);
         float mu = layer ? mean[r] : 0.f, inv = rstd[r];
         float sg = 0.f, sgx = 0.f;
         float dc[C][N], xc[C][N];
-        // pass 1: sum(g) and sum(g * xhat) (RMSNorm: sum(g * x))
-        auto sums = [&](const float* d, const float* xv, const float* wv) {
-            for (int j = 0; j < N; j++) {
-                float g = d[j] * (w ? wv[j] : 1.f);
-                sg += g;
-                sgx += g * (layer ? (xv[j] - mu) * inv : xv[j]);
-            }
-        };
 #pragma unroll
-        for (int k = 0; k < C; k++)
-            if (int s = mc_piece_start(k, N); k < n) {
+        for (int k = 0; k < C; k++) {
+            int s = mc_piece_start(id, k, N);
+            if (k < n) {
                 if (nvec && s < cols) {
                     Vec<D>::unpack(nd[k], dc[k]);
                     Vec<D>::unpack(nx[k], xc[k]);
@@ -227,49 +349,44 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
                     mc_fetch<D>(x, cols, xvec, s, xc[k]);
                 }
             }
-        prefetch(r + 1);
+        }
+        nvec = norm_prefetch<D, ahead, C>(id, nd, nx, dy + dys, x + xs, cols, n, r + 1 < r1);
 #pragma unroll
         for (int k = 0; k < C; k++)
             if (k < n) {
                 float buf[N];
-                sums(dc[k], xc[k], wpiece(k, mc_piece_start(k, N), buf));
+                int s = mc_piece_start(id, k, N);
+                const float* wv = norm_w_piece<D, ahead>(wc[ahead ? k : 0], w, cols, wvec, s, buf);
+                norm_sums<N, layer>(dc[k], xc[k], wv, w, mu, inv, sg, sgx);
             }
         for (int k = C; k < n; k++) {
-            int s = mc_piece_start(k, N);
+            int s = mc_piece_start(id, k, N);
             float d[N], xv[N], wv[N];
             mc_fetch<D>(dy, cols, dyvec, s, d);
             mc_fetch<D>(x, cols, xvec, s, xv);
             if (w) mc_fetch<D>(w, cols, wvec, s, wv);
-            sums(d, xv, wv);
+            norm_sums<N, layer>(d, xv, wv, w, mu, inv, sg, sgx);
         }
-        if (layer) mc_block_sum2(sg, sgx, red);
-        else sgx = mc_block_sum(sgx, red);  // RMSNorm needs no sum(g)
-        float a = layer ? sg / cols : 0.f, c = layer ? sgx / cols : sgx * inv * inv / cols;
-        // pass 2: dx, and the weight/bias terms added to aw/ab
-        auto grads = [&](const float* d, const float* xv, const float* wv, int s, float* aw, float* ab) {
-            float o[N];
-            for (int j = 0; j < N; j++) {
-                float xh = layer ? (xv[j] - mu) * inv : xv[j];
-                o[j] = inv * (d[j] * (w ? wv[j] : 1.f) - c * xh - a);
-                aw[j] += d[j] * (layer ? xh : xv[j] * inv);
-                ab[j] += d[j];
-            }
-            mc_store<D>(dx, cols, dxvec, s, o);
-        };
+        if (layer) mc_block_sum2(id, sg, sgx, red);
+        else sgx = mc_block_sum(id, sgx, red);  // RMSNorm needs no sum(g)
+        NormGradTerms t = {mu, inv, layer ? sg / cols : 0.f, layer ? sgx / cols : sgx * inv * inv / cols};
 #pragma unroll
-        for (int k = 0; k < C; k++)
-            if (int s = mc_piece_start(k, N); k < n) {
+        for (int k = 0; k < C; k++) {
+            int s = mc_piece_start(id, k, N);
+            if (k < n) {
                 float buf[N];
-                grads(dc[k], xc[k], wpiece(k, s, buf), s, accw[k], accb[k]);
+                const float* wv = norm_w_piece<D, ahead>(wc[ahead ? k : 0], w, cols, wvec, s, buf);
+                norm_grads<D, layer>(dc[k], xc[k], wv, w, t, dx, cols, dxvec, s, accw[k], accb[k]);
             }
+        }
         for (int k = C; k < n; k++) {
-            int s = mc_piece_start(k, N);
+            int s = mc_piece_start(id, k, N);
             float d[N], xv[N], wv[N], aw[N], ab[N];
             mc_fetch<D>(dy, cols, dyvec, s, d);
             mc_fetch<D>(x, cols, xvec, s, xv);
             if (w) mc_fetch<D>(w, cols, wvec, s, wv);
             for (int j = 0; j < N; j++) aw[j] = ab[j] = 0.f;
-            grads(d, xv, wv, s, aw, ab);
+            norm_grads<D, layer>(d, xv, wv, w, t, dx, cols, dxvec, s, aw, ab);
             if (part)
                 for (int j = 0; j < N; j++)
                     if (s + j < cols) {
@@ -281,7 +398,7 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
     if (!part) return;
 #pragma unroll
     for (int k = 0; k < C; k++)
-        for (int j = 0, s = mc_piece_start(k, N); j < N; j++)
+        for (int j = 0, s = mc_piece_start(id, k, N); j < N; j++)
             if (k < n && s + j < cols) {
                 part[s + j] = accw[k][j];
                 if (layer) part[cols + s + j] = accb[k][j];
@@ -289,46 +406,49 @@ __device__ void norm_bwd(const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
 }
 
 // The backward kernels, without and with the next row fetched ahead.
-#define MC_NORM_BWD(NAME, LAYER, AHEAD)                                                                               \
-    template <class D>                                                                                              \
-    __device__ void NAME(const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean,    \
-                         const float* rstd, void* dx, mc_i64 dxs, float* partial, int rows, int cols) {             \
-        norm_bwd<D, LAYER, AHEAD>(dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);                    \
+#define MC_NORM_BWD_PARAMS                                                                                         \
+    (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean, const float* rstd,     \
+     void* dx, mc_i64 dxs, float* partial, int rows, int cols)
+#define MC_NORM_BWD_ARGS (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols)
+#define MC_NORM_BWD(NAME, LAYER, AHEAD)                                                                            \
+    template <class D>                                                                                           \
+    MC_DEVICE void NAME(MC_IDS, MC_GROUP float* red, const void* dy, mc_i64 dys, const void* x, mc_i64 xs,        \
+                        const void* w, const float* mean, const float* rstd, void* dx, mc_i64 dxs, float* partial, \
+                        int rows, int cols) {                                                                    \
+        norm_bwd<D, LAYER, AHEAD>(id, red, dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);          \
     }
 MC_NORM_BWD(rmsnorm_bwd, false, false)
 MC_NORM_BWD(rmsnorm_bwd_ahead, false, true)
 MC_NORM_BWD(layernorm_bwd, true, false)
 MC_NORM_BWD(layernorm_bwd_ahead, true, true)
-#define MC_NORM_BWD_PARAMS                                                                                         \
-    (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean, const float* rstd,     \
-     void* dx, mc_i64 dxs, float* partial, int rows, int cols)
-#define MC_NORM_BWD_ARGS (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols)
 // The kernels without `ahead` take rows of 512 threads: bounded so that such
 // a block always fits (the compiler's own choice, 118-128 registers, is at
 // the edge; one more would leave it 384 threads, every row's pieces past
 // those cached re-read from memory).
-MC_INSTANTIATE_BOUNDS(rmsnorm_bwd, __launch_bounds__(512), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE(rmsnorm_bwd_ahead, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE_BOUNDS(layernorm_bwd, __launch_bounds__(512), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE(layernorm_bwd_ahead, MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+#define MC_NORM_BWD_SCRATCH 66  // mc_block_sum2's
+MC_INSTANTIATE_GROUP(rmsnorm_bwd, MC_NORM_BWD_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(rmsnorm_bwd_ahead, MC_NORM_BWD_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_bwd, MC_NORM_BWD_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_NORM_BWD_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 
 // out[c] = sum over blocks b of partial[b*stride + c]. A block of 256
 // threads takes 32 columns: 8 groups each sum every 8th partial row, then
 // the groups' sums add in group order, so the result does not depend on
-// timing (deterministic).
-template <class D> __device__ void column_sum(const float* partial, int blocks, mc_i64 stride, int cols, void* out) {
-    MC_SHARED float part[8][33];
+// timing (deterministic). part: 8 rows of 33 floats.
+template <class D>
+MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, const float* partial, int blocks, mc_i64 stride, int cols,
+                          void* out) {
     int lane = MC_TID & 31, group = MC_TID >> 5;
     int c = (int)(MC_BLOCK * 32 + lane);
     float s = 0.f;
     if (c < cols)
         for (int b = group; b < blocks; b += 8) s += partial[b * stride + c];
-    part[group][lane] = s;
+    part[group * 33 + lane] = s;
     MC_BARRIER();
     if (group == 0 && c < cols) {
-        for (int g = 1; g < 8; g++) s += part[g][lane];
+        for (int g = 1; g < 8; g++) s += part[g * 33 + lane];
         D::store((typename D::T*)out + c, s);
     }
 }
-MC_INSTANTIATE(column_sum, (const float* partial, int blocks, mc_i64 stride, int cols, void* out),
-               (partial, blocks, stride, cols, out))
+MC_INSTANTIATE_GROUP(column_sum, 8 * 33, , (const float* partial, int blocks, mc_i64 stride, int cols, void* out),
+                     (partial, blocks, stride, cols, out))

@@ -35,13 +35,13 @@ const (
 // gpuLayout is where the blocked path keeps its work in the workspace, in
 // floats: the matrices (column-major), q being formed, each panel's T, the
 // split products V^T C and their sum W, the panel groups' exchange slots
-// (doubles) and barrier counters.
+// and barrier counters.
 type gpuLayout struct {
 	w, qw, t, y, prod, part, counters, total int64
 	panels, ldw, groups, splits              int
 }
 
-// qrSlot is qr.cu's QR_SLOT (doubles per block and column).
+// qrSlot is qr.cu's QR_SLOT (floats per block and column).
 const qrSlot = 2*panelWidth + 2
 
 func layoutFor(s shapes, withQ bool, sms int) gpuLayout {
@@ -63,8 +63,8 @@ func layoutFor(s shapes, withQ bool, sms int) gpuLayout {
 	l.t = l.qw + b*m*qc
 	l.y = l.t + b*int64(l.panels)*panelWidth*panelWidth
 	l.prod = l.y + b*int64(l.splits)*panelWidth*int64(l.ldw)
-	l.part = (l.prod + b*panelWidth*int64(l.ldw) + 1) &^ 1 // doubles: 8-byte aligned
-	l.counters = l.part + 2*b*2*int64(l.groups)*qrSlot
+	l.part = l.prod + b*panelWidth*int64(l.ldw)
+	l.counters = l.part + b*2*int64(l.groups)*qrSlot
 	l.total = l.counters + b
 	return l
 }

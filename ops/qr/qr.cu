@@ -14,44 +14,50 @@
 
 #define QR_NB 32
 
-// A column's Householder reflector (LAPACK's slarfg): from alpha (the
-// diagonal entry) and ss (the squared norm below it), beta replaces the
-// diagonal, the entries below are multiplied by scale, and tau is returned
-// (0: nothing to reflect). Norm and scale stay in double so columns scaled
-// by 1e-30 or 1e30, or left with denormal rounding residue (whose 1/norm
-// overflows float32), neither underflow nor overflow.
+// A column's Householder reflector (LAPACK's slarfg) in float32, neither
+// overflowing nor underflowing for columns of 1e-30 or 1e30 or left with
+// denormal rounding residue: the caller gives the column as multiples of a
+// power of two, 2^e (|x| / 2^e <= 1 where the column is not of moderate
+// size; e in [-126, 127]): alpha the diagonal entry and ss the sum of
+// (x / 2^e)^2 below it. beta replaces the diagonal, an entry x below
+// becomes scaled(x), and tau is returned (0: nothing to reflect).
 struct Reflector {
-    float beta, tau;
-    double scale;
-    MC_METHOD Reflector(float alpha, double ss) {
-        beta = alpha, scale = 1, tau = 0.f;
-        if (ss > 0) {
-            double b = -copysign(sqrt((double)alpha * alpha + ss), (double)alpha);
-            beta = (float)b;
-            scale = 1.0 / (alpha - b);
-            tau = (float)((b - alpha) / b);
+    float beta, tau, scale, unit_inv;
+    MC_METHOD Reflector(float alpha, float ss, int e) {
+        beta = alpha, tau = 0.f, scale = 1.f, unit_inv = 1.f;
+        if (ss > 0.f) {
+            unit_inv = mc_pow2(-e);
+            float a = alpha * unit_inv, b = -copysignf(sqrtf(a * a + ss), a);
+            beta = b * mc_pow2(e);
+            scale = 1.f / (a - b);  // |a - b| >= |b| >= |a|: no overflow
+            tau = (b - a) / b;
         }
     }
-    MC_METHOD float scaled(float x) const { return (float)(x * scale); }
+    MC_METHOD float scaled(float x) const { return x * unit_inv * scale; }
 };
 
 // Sums p[0..2S) over the warp (S = 16, 8, ...): lane l ends with the sum
 // of every lane's p[l mod 2S] in p[0] (2S-1 shuffles for 2S sums, then one
 // per remaining lane bit). Recursion by template keeps every index constant,
 // so p stays in registers.
-template <int S, class V> MC_DEVICE void qr_warp_halves(V* p, int lane) {
-    bool upper = lane & S;
+template <int S> struct QrWarpHalves {
+    template <class V> MC_METHOD static void run(V* p, int lane) {
+        bool upper = lane & S;
 #pragma unroll
-    for (int t = 0; t < S; t++) {
-        V send = upper ? p[t] : p[t + S], keep = upper ? p[t + S] : p[t];
-        p[t] = keep + __shfl_xor_sync(0xffffffffu, send, S);
+        for (int t = 0; t < S; t++) {
+            V send = upper ? p[t] : p[t + S], keep = upper ? p[t + S] : p[t];
+            p[t] = keep + mc_shfl_xor(send, S);
+        }
+        QrWarpHalves<S / 2>::run(p, lane);
     }
-    if constexpr (S > 1) qr_warp_halves<S / 2>(p, lane);
-}
+};
+template <> struct QrWarpHalves<0> {
+    template <class V> MC_METHOD static void run(V*, int) {}
+};
 template <int S, class V> MC_DEVICE void qr_warp_sums(V* p, int lane) {
-    qr_warp_halves<S>(p, lane);
+    QrWarpHalves<S>::run(p, lane);
 #pragma unroll
-    for (int s = 2 * S; s < 32; s <<= 1) p[0] += __shfl_xor_sync(0xffffffffu, p[0], s);
+    for (int s = 2 * S; s < 32; s <<= 1) p[0] += mc_shfl_xor(p[0], s);
 }
 
 // ---- small matrices --------------------------------------------------------
@@ -106,10 +112,11 @@ MC_DEVICE void qr_col_reflect2(float (&x)[R], const float4* v, int j, int m, flo
         }
 }
 
+// V, the block's dynamic shared memory: reflector j is R floats from
+// V + j * R / 4, then the taus and r's diagonal.
 template <class D, int R>
-MC_DEVICE void qr_cols(const void* a_, void* q_, void* r_, int m, int n, int qc, int rr) {
+MC_DEVICE void qr_cols(MC_IDS, MC_GROUP float4* V, const void* a_, void* q_, void* r_, int m, int n, int qc, int rr) {
     typedef typename D::T T;
-    MC_SHARED_DYNAMIC(float4, V);  // reflector j: R floats from V + j * R / 4
     int k = min(m, n), c = MC_TID, warp = c >> 5, lane = c & 31;
     float *tau = (float*)(V + k * (R / 4)), *diag = tau + k;  // diag: r's diagonal
     mc_i64 b = MC_BLOCK;
@@ -128,16 +135,33 @@ MC_DEVICE void qr_cols(const void* a_, void* q_, void* r_, int m, int n, int qc,
                     if (4 * p + 3 >= j) vj[p] = make_float4(x[4 * p], x[4 * p + 1], x[4 * p + 2], x[4 * p + 3]);
             MC_WARP_BARRIER();
             float* col = (float*)vj;
-            float e[R / 32], alpha = 0.f;
-            double ss = 0;
+            float e[R / 32], alpha = 0.f, ss = 0.f;
 #pragma unroll
             for (int r = 0; r < R / 32; r++) {
                 int i = lane + 32 * r;
                 e[r] = col[i];
                 if (i == j) alpha = e[r];
-                if (i > j) ss += (double)e[r] * e[r];
+                if (i > j) ss += e[r] * e[r];
             }
-            Reflector h(mc_warp_sum(alpha), mc_warp_sum(ss));
+            alpha = mc_warp_sum(alpha), ss = mc_warp_sum(ss);
+            // a column far from 1 in size (rare: the test is the warp's)
+            // is summed again as multiples of its largest entry's power of two
+            int unit = 0;
+            float norm2 = alpha * alpha + ss;
+            if (!(norm2 >= 1e-30f && norm2 <= 1e30f)) {
+                float amax = 0.f;
+#pragma unroll
+                for (int r = 0; r < R / 32; r++)
+                    if (lane + 32 * r >= j) amax = fmaxf(amax, fabsf(e[r]));
+                unit = min(mc_exponent(mc_warp_max(amax)), 127);
+                float inv = mc_pow2(-unit);
+                ss = 0.f;
+#pragma unroll
+                for (int r = 0; r < R / 32; r++)
+                    if (lane + 32 * r > j) ss += (e[r] * inv) * (e[r] * inv);
+                ss = mc_warp_sum(ss);
+            }
+            Reflector h(alpha, ss, unit);
 #pragma unroll
             for (int r = 0; r < R / 32; r++) {
                 int i = lane + 32 * r;
@@ -169,28 +193,30 @@ MC_DEVICE void qr_cols(const void* a_, void* q_, void* r_, int m, int n, int qc,
         for (int i = 0; i < R; i++)
             if (i < m) D::store(q + i * qc + c, x[i]);
 }
-template <class D> __device__ void qr_cols32(const void* a, void* q, void* r, int m, int n, int qc, int rr) {
-    qr_cols<D, 32>(a, q, r, m, n, qc, rr);
-}
-template <class D> __device__ void qr_cols64(const void* a, void* q, void* r, int m, int n, int qc, int rr) {
-    qr_cols<D, 64>(a, q, r, m, n, qc, rr);
-}
-template <class D> __device__ void qr_cols128(const void* a, void* q, void* r, int m, int n, int qc, int rr) {
-    qr_cols<D, 128>(a, q, r, m, n, qc, rr);
-}
-MC_INSTANTIATE(qr_cols32, (const void* a, void* q, void* r, int m, int n, int qc, int rr), (a, q, r, m, n, qc, rr))
-MC_INSTANTIATE(qr_cols64, (const void* a, void* q, void* r, int m, int n, int qc, int rr), (a, q, r, m, n, qc, rr))
+#define MC_QR_COLS(R)                                                                                        \
+    template <class D>                                                                                         \
+    MC_DEVICE void qr_cols##R(MC_IDS, MC_GROUP float4* V, const void* a, void* q, void* r, int m, int n, int qc, \
+                              int rr) {                                                                        \
+        qr_cols<D, R>(id, V, a, q, r, m, n, qc, rr);                                                           \
+    }
+MC_QR_COLS(32)
+MC_QR_COLS(64)
+MC_QR_COLS(128)
+#define MC_QR_COLS_PARAMS (const void* a, void* q, void* r, int m, int n, int qc, int rr)
+#define MC_QR_COLS_ARGS (a, q, r, m, n, qc, rr)
+MC_INSTANTIATE_DYNAMIC(qr_cols32, float4, , MC_QR_COLS_PARAMS, MC_QR_COLS_ARGS)
+MC_INSTANTIATE_DYNAMIC(qr_cols64, float4, , MC_QR_COLS_PARAMS, MC_QR_COLS_ARGS)
 // 128 rows: 3 blocks of 128 threads a multiprocessor need <= 170 registers
 // (the compiler's own choice, 170, rounds to 176 a thread: 2 blocks).
-MC_INSTANTIATE_BOUNDS(qr_cols128, __launch_bounds__(128, 3), (const void* a, void* q, void* r, int m, int n, int qc,
-                      int rr), (a, q, r, m, n, qc, rr))
+MC_INSTANTIATE_DYNAMIC(qr_cols128, float4, MC_BOUNDS(128, 3), MC_QR_COLS_PARAMS, MC_QR_COLS_ARGS)
 
 // ---- blocked, in the workspace ---------------------------------------------
 
 // qr_load: w = a (column-major per matrix), qw = the m x qc identity when
 // given, and the panel groups' barrier counters zeroed.
 template <class D>
-__device__ void qr_load(const void* a_, float* w, float* qw, unsigned* counters, int batch, int m, int n, int qc) {
+MC_DEVICE void qr_load(MC_IDS, const void* a_, float* w, float* qw, unsigned* counters, int batch, int m, int n,
+                       int qc) {
     const typename D::T* a = (const typename D::T*)a_;
     mc_i64 mn = (mc_i64)m * n, stride = MC_NBLOCKS * MC_NTHREADS;
     for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch; e += stride) counters[e] = 0;
@@ -212,7 +238,7 @@ MC_INSTANTIATE(qr_load, (const void* a, float* w, float* qw, unsigned* counters,
 // qr_store: r (upper triangle of w, zeros below) and q from qw, row-major in
 // the dtype.
 template <class D>
-__device__ void qr_store(const float* w, const float* qw, void* q_, void* r_, int batch, int m, int n, int qc,
+MC_DEVICE void qr_store(MC_IDS, const float* w, const float* qw, void* q_, void* r_, int batch, int m, int n, int qc,
                          int rr) {
     typedef typename D::T T;
     int k = min(m, n);
@@ -233,45 +259,27 @@ __device__ void qr_store(const float* w, const float* qw, void* q_, void* r_, in
 MC_INSTANTIATE(qr_store, (const float* w, const float* qw, void* q, void* r, int batch, int m, int n, int qc, int rr),
                (w, qw, q, r, batch, m, n, qc, rr))
 
-// A load from L2, past this multiprocessor's L1 (which may hold a stale copy
-// of what another block wrote).
-MC_DEVICE double qr_load_l2(const double* p) {
-    double v;
-    asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p));
-    return v;
-}
-
-// The blocks of one matrix's group wait for each other: arrival `target`
-// of the matrix's counter (zeroed by qr_load, counting up through the call).
-// Every block of a group is resident at once: the host launches no more
-// blocks than the GPU holds.
-MC_DEVICE void qr_group_sync(unsigned* counter, unsigned target) {
-    __threadfence();
-    MC_BARRIER();
-    if (MC_TID == 0) {
-        atomicAdd(counter, 1u);
-        while (*(volatile unsigned*)counter < target) {
-        }
-        __threadfence();
-    }
-    MC_BARRIER();
-}
-
 // qr_panel factors columns k0 .. k0+jb-1 (rows k0 ..) of every matrix of w,
 // leaving the reflectors below the diagonal, and writes the panel's upper
 // triangular T (I - V T V^T = H_0 ... H_jb-1) to Tp. `groups` blocks share
 // a matrix, each owning a slice of the rows. Per column c, one pass over the
-// slice sums x_i^2 (in double) and x_i A[i][d] for the other panel columns
-// (d > j: the reflector's products with the columns it updates; d < j: the
-// earlier reflectors, which give T); the block owning row c adds that row.
-// The group exchanges these through part (two slots, alternating by
-// column), and each block updates its slice. Totals add in block order:
+// slice sums x_i^2 and x_i A[i][d] for the other panel columns (d > j: the
+// reflector's products with the columns it updates; d < j: the earlier
+// reflectors, which give T); the block owning row c adds that row. The
+// group exchanges these through part (two slots, alternating by column),
+// and each block updates its slice. Totals add in block order:
 // deterministic. The counter's arrivals before this launch are `base`.
 //
 // REG: the slice has at most one row a thread, and the thread holds its
 // row's panel entries in registers for the whole panel (qr_panel_reg);
 // otherwise the rows are read from and written to w (qr_panel).
 #define QR_SLOT (2 * QR_NB + 2)  // x^2, 32 sums, unused, row c's 32 values
+// The panel is scaled to entries below 1 (see amax), and a column's squares
+// are summed as multiples of 2^-QR_UNIT (Reflector): each square is below
+// 2^80, and only a column whose every entry is below 2^-103 of the panel's
+// largest (which then counts as zero) underflows.
+#define QR_UNIT 40
+#define QR_UNIT_SCALE 1099511627776.f  // 2^QR_UNIT
 
 // a[j] for j known only at run time, without indexing the register array
 // by it (which would move the array to local memory).
@@ -283,59 +291,84 @@ MC_DEVICE float qr_pick(const float (&a)[QR_NB], int j) {
     return v;
 }
 
+// The panel's entries of a row: held in registers (REG), or in w.
+struct QrRegRow {
+    const float (&a)[QR_NB];
+    MC_METHOD float operator()(int d) const { return a[d]; }
+};
+struct QrMemRow {
+    const float* A;  // the panel's first column, rows from 0
+    mc_i64 m;
+    int i;
+    MC_METHOD float operator()(int d) const { return A[d * m + i]; }
+};
+// adds row i's terms to column j's sums: (x_i 2^QR_UNIT)^2 to ss, and
+// x_i A[i][d] to p[d] for the panel's other columns
+template <class E> MC_DEVICE void qr_row_sums(float xi, E entry, int j, int jb, float& ss, float (&p)[32]) {
+    float xs = xi * QR_UNIT_SCALE;
+    ss += xs * xs;
+#pragma unroll
+    for (int d = 0; d < 32; d++)
+        if (d < jb && d != j) p[d] += xi * entry(d);
+}
+
+// qr_panel's shared memory, declared in its entries
+struct QrPanelShared {
+    float gram[QR_NB][QR_NB + 1];
+    float red[32][33];
+    float rowc[QR_NB];
+    float wred[32], tot[QR_SLOT], tau[QR_NB];
+};
+
 template <bool REG>
-MC_DEVICE void qr_panel_impl(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n,
-                             int k0, int jb, int npanels, int groups) {
-    MC_SHARED float gram[QR_NB][QR_NB + 1];
-    MC_SHARED float red[32][33];
-    MC_SHARED float rowc_sh[QR_NB];
-    MC_SHARED double dred[32], tot[QR_SLOT], tau[QR_NB];
+MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float* Tp, float* part, unsigned* counters,
+                             unsigned base, int m, int n, int k0, int jb, int npanels, int groups) {
     int tid = MC_TID, nt = MC_NTHREADS, warp = tid >> 5, lane = tid & 31, nw = nt >> 5;
     mc_i64 b = MC_BLOCK / groups;
     int g = (int)(MC_BLOCK % groups);
     int per = (m - k0 + groups - 1) / groups, lo = k0 + g * per, hi = min(m, lo + per);
     float* A = w + b * m * n;
-    double* pb = part + b * 2 * groups * QR_SLOT;
-    auto at = [&](int d, int i) -> float& { return A[(mc_i64)(k0 + d) * m + i]; };
+    float* P = A + (mc_i64)k0 * m;  // the panel: entry (i, d) at P[d * m + i]
+    float* pb = part + b * 2 * groups * QR_SLOT;
     float a[QR_NB];  // REG: row lo + tid's entries (zeros past jb or hi)
     int ri = lo + tid;
     bool mine = REG && ri < hi;
-    if constexpr (REG) {
+    if (REG) {
 #pragma unroll
-        for (int d = 0; d < QR_NB; d++) a[d] = mine && d < jb ? at(d, ri) : 0.f;
+        for (int d = 0; d < QR_NB; d++) a[d] = mine && d < jb ? P[(mc_i64)d * m + ri] : 0.f;
     }
     // The panel is first scaled by the power of two that brings its largest
     // entry to [0.5, 1): exact, and the reflectors and T do not change, so
-    // the products below can be float sums even for entries of 1e-30 or
-    // 1e30. r's part (rows up to the diagonal) is scaled back at the end.
+    // the products below are float sums even for entries of 1e-30 or 1e30.
+    // r's part (rows up to the diagonal) is scaled back at the end.
     float amax = 0.f;
-    if constexpr (REG) {
+    if (REG) {
 #pragma unroll
         for (int d = 0; d < QR_NB; d++) amax = fmaxf(amax, fabsf(a[d]));
     } else {
         for (int i = lo + tid; i < hi; i += nt)
-            for (int d = 0; d < jb; d++) amax = fmaxf(amax, fabsf(at(d, i)));
+            for (int d = 0; d < jb; d++) amax = fmaxf(amax, fabsf(P[(mc_i64)d * m + i]));
     }
     amax = mc_warp_max(amax);
-    if (lane == 0) dred[warp] = amax;
+    if (lane == 0) sh.wred[warp] = amax;
     MC_BARRIER();
     if (tid == 0) {
         float t = 0.f;
-        for (int u = 0; u < nw; u++) t = fmaxf(t, (float)dred[u]);
+        for (int u = 0; u < nw; u++) t = fmaxf(t, sh.wred[u]);
         pb[(groups + g) * QR_SLOT] = t;  // slot 1: the loop's first use of it comes after every block read this
     }
-    if (groups > 1) qr_group_sync(counters + b, base + (unsigned)groups);
+    if (groups > 1) mc_blocks_sync(id, counters + b, base + (unsigned)groups);
     else MC_BARRIER();
-    for (int h = 0; h < groups; h++) amax = fmaxf(amax, (float)qr_load_l2(pb + (groups + h) * QR_SLOT));
+    for (int h = 0; h < groups; h++) amax = fmaxf(amax, mc_load_coherent(pb + (groups + h) * QR_SLOT));
     int e2 = 0;
     if (amax > 0.f && amax <= 3.4e38f) frexpf(amax, &e2);
     float up = ldexpf(1.f, -e2);
-    if constexpr (REG) {
+    if (REG) {
 #pragma unroll
         for (int d = 0; d < QR_NB; d++) a[d] *= up;
     } else {
         for (int i = lo + tid; i < hi; i += nt)
-            for (int d = 0; d < jb; d++) at(d, i) *= up;
+            for (int d = 0; d < jb; d++) P[(mc_i64)d * m + i] *= up;
     }
     // A thread keeps its rows (lo + tid, + nt, ...) for the whole panel, so
     // it reads only what it wrote itself; row c's values reach the group
@@ -344,62 +377,63 @@ MC_DEVICE void qr_panel_impl(float* w, float* Tp, double* part, unsigned* counte
         int c = k0 + j;
         float* x = A + (mc_i64)c * m;
         float p[32];
-        double ss = 0;
+        float ss = 0.f;
 #pragma unroll
         for (int d = 0; d < 32; d++) p[d] = 0.f;
-        auto sums = [&](float xi, auto entry) {
-            ss += (double)xi * xi;
-#pragma unroll
-            for (int d = 0; d < 32; d++)
-                if (d < jb && d != j) p[d] += xi * entry(d);
-        };
-        if constexpr (REG) {
-            if (mine && ri > c) sums(qr_pick(a, j), [&](int d) { return a[d]; });
+        if (REG) {
+            if (mine && ri > c) {
+                QrRegRow row = {a};
+                qr_row_sums(qr_pick(a, j), row, j, jb, ss, p);
+            }
             if (mine && ri == c)
 #pragma unroll
-                for (int d = 0; d < QR_NB; d++) rowc_sh[d] = a[d];
+                for (int d = 0; d < QR_NB; d++) sh.rowc[d] = a[d];
         } else {
             for (int i = lo + tid; i < hi; i += nt)
-                if (i > c) sums(x[i], [&](int d) { return at(d, i); });
+                if (i > c) {
+                    QrMemRow row = {P, m, i};
+                    qr_row_sums(x[i], row, j, jb, ss, p);
+                }
         }
         qr_warp_sums<16>(p, lane);
-        red[warp][lane] = p[0];
+        sh.red[warp][lane] = p[0];
         ss = mc_warp_sum(ss);
-        if (lane == 0) dred[warp] = ss;
+        if (lane == 0) sh.wred[warp] = ss;
         MC_BARRIER();
-        double* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
+        float* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
         for (int v = tid; v < QR_SLOT; v += nt) {
-            double t = 0;
+            float t = 0.f;
+            int d = v - QR_NB - 2;
             if (v <= QR_NB) {
-                for (int u = 0; u < nw; u++) t += v == 0 ? dred[u] : red[u][v - 1];
-            } else if (int d = v - QR_NB - 2; d >= 0 && d < jb && lo <= c && c < hi) {
-                t = REG ? rowc_sh[d] : at(d, c);
+                for (int u = 0; u < nw; u++) t += v == 0 ? sh.wred[u] : sh.red[u][v - 1];
+            } else if (d >= 0 && d < jb && lo <= c && c < hi) {
+                t = REG ? sh.rowc[d] : P[(mc_i64)d * m + c];
             }
             slot[v] = t;
         }
-        if (groups > 1) qr_group_sync(counters + b, base + (unsigned)((j + 2) * groups));
+        if (groups > 1) mc_blocks_sync(id, counters + b, base + (unsigned)((j + 2) * groups));
         else MC_BARRIER();
         // totals over the group, value v by thread v, read past L1 (other
         // blocks wrote them), all loads in flight together
-        const double* all = pb + (j & 1) * groups * QR_SLOT;
+        const float* all = pb + (j & 1) * groups * QR_SLOT;
         for (int v = tid; v < QR_SLOT; v += nt) {
-            double t = 0;
+            float t = 0.f;
 #pragma unroll 8
-            for (int h = 0; h < groups; h++) t += qr_load_l2(all + h * QR_SLOT + v);
-            tot[v] = t;
+            for (int h = 0; h < groups; h++) t += mc_load_coherent(all + h * QR_SLOT + v);
+            sh.tot[v] = t;
         }
         MC_BARRIER();
         // every thread derives the reflector and its products itself
-        const double* rowc = tot + QR_NB + 2;
-        Reflector h((float)rowc[j], tot[0]);
+        const MC_GROUP float* rowc = sh.tot + QR_NB + 2;
+        Reflector h(rowc[j], sh.tot[0], -QR_UNIT);
         float coef[32];  // d > j: tau (v_j . column d); d < j: v_d . v_j
 #pragma unroll
-        for (int d = 0; d < 32; d++) coef[d] = (float)(rowc[d] + h.scale * tot[1 + d]) * (d > j ? h.tau : 1.f);
-        if (tid == 0) tau[j] = h.tau;
-        if (tid < j) gram[tid][j] = (float)(rowc[tid] + h.scale * tot[1 + tid]);
+        for (int d = 0; d < 32; d++) coef[d] = (rowc[d] + h.scaled(sh.tot[1 + d])) * (d > j ? h.tau : 1.f);
+        if (tid == 0) sh.tau[j] = h.tau;
+        if (tid < j) sh.gram[tid][j] = rowc[tid] + h.scaled(sh.tot[1 + tid]);
         // row i's update: x_i becomes the reflector's entry (beta on row c),
         // the later columns lose that times coef (row c: coef itself)
-        if constexpr (REG) {
+        if (REG) {
             if (mine && ri >= c) {
                 float xi = ri == c ? h.beta : h.scaled(qr_pick(a, j)), f = ri == c ? 1.f : xi;
 #pragma unroll
@@ -415,48 +449,53 @@ MC_DEVICE void qr_panel_impl(float* w, float* Tp, double* part, unsigned* counte
                 x[i] = xi;
 #pragma unroll
                 for (int d = 0; d < 32; d++)
-                    if (d > j && d < jb) at(d, i) -= f * coef[d];
+                    if (d > j && d < jb) P[(mc_i64)d * m + i] -= f * coef[d];
             }
         }
     }
-    if constexpr (REG) {
+    if (REG) {
         if (mine) {
 #pragma unroll
-            for (int d = 0; d < QR_NB; d++)
-                if (d < jb) at(d, ri) = ri < k0 + jb && d >= ri - k0 ? a[d] / up : a[d];  // r's rows scaled back
+            for (int d = 0; d < QR_NB; d++)  // r's rows scaled back
+                if (d < jb) P[(mc_i64)d * m + ri] = ri < k0 + jb && d >= ri - k0 ? a[d] / up : a[d];
         }
     } else {
         for (int i = lo + tid; i < hi && i < k0 + jb; i += nt)  // r's rows, this thread's own
-            for (int d = i - k0; d < jb; d++) at(d, i) /= up;
+            for (int d = i - k0; d < jb; d++) P[(mc_i64)d * m + i] /= up;
     }
     MC_BARRIER();
     if (g != 0) return;
     // T (LAPACK's slarft, forward columnwise): T[j][j] = tau_j,
     // T[0:j, j] = -tau_j T[0:j, 0:j] gram[0:j, j]; built over gram's upper part.
     for (int j = 0; j < jb; j++) {
-        if (tid < j) red[0][tid] = gram[tid][j];
+        if (tid < j) sh.red[0][tid] = sh.gram[tid][j];
         MC_BARRIER();
         if (tid < j) {
             float s = 0.f;
-            for (int q = tid; q < j; q++) s += gram[tid][q] * red[0][q];
-            gram[tid][j] = (float)-tau[j] * s;
+            for (int q = tid; q < j; q++) s += sh.gram[tid][q] * sh.red[0][q];
+            sh.gram[tid][j] = -sh.tau[j] * s;
         }
-        if (tid == j) gram[j][j] = (float)tau[j];
+        if (tid == j) sh.gram[j][j] = sh.tau[j];
         MC_BARRIER();
     }
     float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
     for (int e = tid; e < QR_NB * QR_NB; e += nt) {
         int i = e / QR_NB, j = e % QR_NB;
-        Tg[e] = i < jb && j < jb && i <= j ? gram[i][j] : 0.f;
+        Tg[e] = i < jb && j < jb && i <= j ? sh.gram[i][j] : 0.f;
     }
 }
-MC_ENTRY(qr_panel)(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n, int k0,
-                        int jb, int npanels, int groups) {
-    qr_panel_impl<false>(w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
+#define MC_QR_PANEL_PARAMS                                                                                       \
+    (float* w, float* Tp, float* part, unsigned* counters, unsigned base, int m, int n, int k0, int jb, int npanels, \
+     int groups)
+MC_ENTRY(qr_panel, MC_QR_PANEL_PARAMS) {
+    MC_IDS_DECLARE;
+    MC_SHARED QrPanelShared sh;
+    qr_panel_impl<false>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
 }
-MC_ENTRY(qr_panel_reg)(float* w, float* Tp, double* part, unsigned* counters, unsigned base, int m, int n,
-                            int k0, int jb, int npanels, int groups) {
-    qr_panel_impl<true>(w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
+MC_ENTRY(qr_panel_reg, MC_QR_PANEL_PARAMS) {
+    MC_IDS_DECLARE;
+    MC_SHARED QrPanelShared sh;
+    qr_panel_impl<true>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
 }
 
 // Entry i of reflector column c (row c holds its implicit 1; rows above, 0).
@@ -467,9 +506,10 @@ MC_DEVICE float qr_v(const float* A, int m, int c, int i) { return i < c ? 0.f :
 // the panel at k0. One block of 256 threads per (matrix, split, 128
 // columns), a thread 4 rows of Y by 4 columns; Y_s goes to Yp, QR_NB rows of
 // ldw floats per (matrix, split).
-MC_ENTRY(qr_vtw)(const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
-                      int nct, int splits, int ldw) {
-    MC_SHARED __align__(16) float Vs[32][36];  // rows of 36: 16-byte aligned groups of 4
+MC_ENTRY(qr_vtw, (const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
+                  int nct, int splits, int ldw)) {
+    MC_IDS_DECLARE;
+    MC_SHARED MC_ALIGN(16) float Vs[32][36];  // rows of 36: 16-byte aligned groups of 4
     MC_SHARED float Cs[32][129];
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
     int tiles = (nct + 127) / 128;
@@ -516,8 +556,9 @@ MC_ENTRY(qr_vtw)(const float* w, const float* C, float* Yp, int m, int n, mc_i64
 // qr_wsum: W = op(T) (sum over splits of Y_s), op(T) = T^T when trans (the
 // factorization applies H^T; forming q applies H). One block of 256
 // threads per 32 columns.
-MC_ENTRY(qr_wsum)(const float* Yp, const float* Tp, float* W, int k0, int jb, int c0, int nct, int splits,
-                       int npanels, int ldw, int trans) {
+MC_ENTRY(qr_wsum, (const float* Yp, const float* Tp, float* W, int k0, int jb, int c0, int nct, int splits,
+                   int npanels, int ldw, int trans)) {
+    MC_IDS_DECLARE;
     MC_SHARED float T[QR_NB][QR_NB + 1], Y[QR_NB][33];
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
     int tiles = (nct + 31) / 32;
@@ -549,8 +590,9 @@ MC_ENTRY(qr_wsum)(const float* Yp, const float* Tp, float* W, int k0, int jb, in
 
 // qr_update: C -= V W over rows k0 .. m-1 and columns c0 .. c0+nct-1; one
 // block of 256 threads per 64 x 64 tile, 4 x 4 values a thread.
-MC_ENTRY(qr_update)(const float* w, const float* W, float* C, int m, int n, mc_i64 cstride, int k0, int jb,
-                         int c0, int nct, int ldw) {
+MC_ENTRY(qr_update, (const float* w, const float* W, float* C, int m, int n, mc_i64 cstride, int k0, int jb,
+                     int c0, int nct, int ldw)) {
+    MC_IDS_DECLARE;
     MC_SHARED float Vs[64][33], Ws[32][65];
     int tid = MC_TID, ri = tid & 15, ci = tid >> 4;
     int rtiles = (m - k0 + 63) / 64, ctiles = (nct + 63) / 64;

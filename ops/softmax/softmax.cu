@@ -17,80 +17,138 @@ template <class DO, int n> MC_DEVICE void softmax_store(typename DO::T* q, int c
         if (s + j < cols) DO::store(q + s + j, val[j]);
 }
 
-template <class D, class DO, bool ahead>
-MC_DEVICE void softmax_rows(const void* x_, mc_i64 xs, void* y_, mc_i64 ys, int rows, int cols) {
+// the row's largest value
+template <class D> struct RowMax {
+    enum { N = Vec<D>::N };
+    int cols;
+    float m;
+    MC_METHOD void operator()(const float* v, int, int s) {
+        for (int j = 0; j < N; j++)
+            if (s + j < cols) m = fmaxf(m, v[j]);
+    }
+};
+// exp(x - m) in place (cached pieces keep the exponentials), and their sum
+template <class D> struct Exponentials {
+    enum { N = Vec<D>::N };
+    int cols;
+    float m, sum;
+    MC_METHOD void operator()(float* v, int, int s) {
+        for (int j = 0; j < N; j++) {
+            v[j] = s + j < cols ? expf(v[j] - m) : 0.f;
+            sum += v[j];
+        }
+    }
+};
+// y = exp(x - m) * inv: from the cached exponentials, recomputed past them
+template <class D, class DO> struct SoftmaxWrite {
+    enum { N = Vec<D>::N };
+    float m, inv;
+    typename DO::T* y;
+    int cols;
+    bool yvec;
+    MC_METHOD void operator()(const float* v, int k, int s) const {
+        float o[N];
+        for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
+        softmax_store<DO, N>(y, cols, yvec, s, o);
+    }
+};
+
+template <class D, class DO, bool ahead> struct SoftmaxRows {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
-    MC_SHARED float red[33];
-    const T* xb = (const T*)x_;
-    Row<D, MC_CACHE> x;
-    mc_for_rows<ahead>(rows, [&](mc_i64 r) {
+    MC_IDS;
+    MC_GROUP float* red;
+    Row<D, MC_CACHE>& x;
+    const T* xb;
+    mc_i64 xs;
+    typename DO::T* y;
+    mc_i64 ys;
+    int rows, cols;
+    MC_METHOD void operator()(mc_i64 r) {
         x.init(xb + r * xs, cols);
-        float m = -__int_as_float(0x7f800000);
-        x.load([&](float* v, int k) {
-            int s = x.start(k);
-            for (int j = 0; j < N; j++)
-                if (s + j < cols) m = fmaxf(m, v[j]);
-        });
-        if constexpr (ahead) x.fetch_next(xb, xs, r, rows);
-        m = mc_block_max(m, red);
-        float sum = 0.f;
-        x.each([&](float* v, int k) {
-            int s = x.start(k);
-            for (int j = 0; j < N; j++) {
-                v[j] = s + j < cols ? expf(v[j] - m) : 0.f;  // cached pieces keep the exponentials
-                sum += v[j];
-            }
-        });
-        float inv = 1.f / mc_block_sum(sum, red);
-        typename DO::T* y = (typename DO::T*)y_ + r * ys;
-        bool yvec = mc_aligned(y, cols, N);
-        x.each([&](float* v, int k) {
-            float o[N];
-            for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
-            softmax_store<DO, N>(y, cols, yvec, x.start(k), o);
-        });
-    });
+        RowMax<D> max = {cols, -mc_inf()};
+        x.load(id, max);
+        if (ahead) x.fetch_next(id, xb, xs, r, rows);
+        Exponentials<D> e = {cols, mc_block_max(id, max.m, red), 0.f};
+        x.each(id, e);
+        typename DO::T* yr = y + r * ys;
+        SoftmaxWrite<D, DO> out = {e.m, 1.f / mc_block_sum(id, e.sum, red), yr, cols, mc_aligned(yr, cols, N)};
+        x.each(id, out);
+    }
+};
+template <class D, class DO, bool ahead>
+MC_DEVICE void softmax_rows(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows,
+                            int cols) {
+    Row<D, MC_CACHE> row;
+    SoftmaxRows<D, DO, ahead> f = {id, red, row, (const typename D::T*)x, xs, (typename DO::T*)y, ys, rows, cols};
+    mc_for_rows<ahead>(id, rows, f);
 }
 #define MC_SOFTMAX_FWD_PARAMS (const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, int cols)
 #define MC_SOFTMAX_FWD_ARGS (x, xs, y, ys, rows, cols)
-template <class D> __device__ void softmax_fwd MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, D, false> MC_SOFTMAX_FWD_ARGS; }
-template <class D> __device__ void softmax_fwd_ahead MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, D, true> MC_SOFTMAX_FWD_ARGS; }
-MC_INSTANTIATE(softmax_fwd, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
-MC_INSTANTIATE(softmax_fwd_ahead, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+// NAME<D>: softmax_rows<D, OUT, AHEAD>
+#define MC_SOFTMAX_FWD(NAME, OUT, AHEAD)                                                                   \
+    template <class D>                                                                                   \
+    MC_DEVICE void NAME(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, \
+                        int cols) {                                                                      \
+        softmax_rows<D, OUT, AHEAD>(id, red, x, xs, y, ys, rows, cols);                                  \
+    }
+MC_SOFTMAX_FWD(softmax_fwd, D, false)
+MC_SOFTMAX_FWD(softmax_fwd_ahead, D, true)
 // float32 output of 16-bit rows (softmax(x, dtype=float32)); the _f32
 // instances repeat softmax_fwd's
-template <class D> __device__ void softmax_fwd_f32out MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, F32, false> MC_SOFTMAX_FWD_ARGS; }
-template <class D> __device__ void softmax_fwd_f32out_ahead MC_SOFTMAX_FWD_PARAMS { softmax_rows<D, F32, true> MC_SOFTMAX_FWD_ARGS; }
-MC_INSTANTIATE(softmax_fwd_f32out, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
-MC_INSTANTIATE(softmax_fwd_f32out_ahead, MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_SOFTMAX_FWD(softmax_fwd_f32out, F32, false)
+MC_SOFTMAX_FWD(softmax_fwd_f32out_ahead, F32, true)
+#define MC_SOFTMAX_SCRATCH 33  // floats of shared memory: mc_block_sum's
+MC_INSTANTIATE_GROUP(softmax_fwd, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd_ahead, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd_f32out, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd_f32out_ahead, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+
+// dot = sum(dy * y)
+template <class D> struct Dot {
+    enum { N = Vec<D>::N };
+    const typename D::T* dy;
+    int cols;
+    bool dyvec;
+    float dot;
+    MC_METHOD void operator()(const float* v, int, int s) {
+        float d[N];
+        mc_fetch<D>(dy, cols, dyvec, s, d);
+        for (int j = 0; j < N; j++) dot += d[j] * v[j];
+    }
+};
+// dx = y * (dy - dot); dx may be dy: each piece is read before it is written
+template <class D> struct SoftmaxGrad {
+    enum { N = Vec<D>::N };
+    const typename D::T* dy;
+    typename D::T* dx;
+    int cols;
+    bool dyvec, dxvec;
+    float dot;
+    MC_METHOD void operator()(const float* v, int, int s) const {
+        float d[N], o[N];
+        mc_fetch<D>(dy, cols, dyvec, s, d);
+        for (int j = 0; j < N; j++) o[j] = v[j] * (d[j] - dot);
+        mc_store<D>(dx, cols, dxvec, s, o);
+    }
+};
 
 // dx = y * (dy - sum(dy * y))
 template <class D>
-__device__ void softmax_bwd(const void* dy_, mc_i64 dys, const void* y_, mc_i64 ys, void* dx_, mc_i64 dxs, int cols) {
+MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys, const void* y_, mc_i64 ys,
+                           void* dx_, mc_i64 dxs, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
-    MC_SHARED float red[33];
     mc_i64 r = MC_BLOCK;
     Row<D, MC_CACHE> y;
     y.init((const T*)y_ + r * ys, cols);
     const T* dy = (const T*)dy_ + r * dys;
-    bool dyvec = mc_aligned(dy, cols, N);
-    float dot = 0.f;
-    y.load([&](float* v, int k) {
-        float d[N];
-        mc_fetch<D>(dy, cols, dyvec, y.start(k), d);
-        for (int j = 0; j < N; j++) dot += d[j] * v[j];
-    });
-    dot = mc_block_sum(dot, red);
+    Dot<D> dot = {dy, cols, mc_aligned(dy, cols, N), 0.f};
+    y.load(id, dot);
     T* dx = (T*)dx_ + r * dxs;
-    bool dxvec = mc_aligned(dx, cols, N);
-    y.each([&](float* v, int k) {
-        float d[N], o[N];
-        mc_fetch<D>(dy, cols, dyvec, y.start(k), d); // dx may be dy: each piece is read before it is written
-        for (int j = 0; j < N; j++) o[j] = v[j] * (d[j] - dot);
-        mc_store<D>(dx, cols, dxvec, y.start(k), o);
-    });
+    SoftmaxGrad<D> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
+    y.each(id, grad);
 }
-MC_INSTANTIATE(softmax_bwd, (const void* dy, mc_i64 dys, const void* y, mc_i64 ys, void* dx, mc_i64 dxs, int cols),
-               (dy, dys, y, ys, dx, dxs, cols))
+MC_INSTANTIATE_GROUP(softmax_bwd, MC_SOFTMAX_SCRATCH, ,
+                     (const void* dy, mc_i64 dys, const void* y, mc_i64 ys, void* dx, mc_i64 dxs, int cols),
+                     (dy, dys, y, ys, dx, dxs, cols))

@@ -8,9 +8,12 @@ set -euo pipefail
 # suites here instead of being skipped
 export MC_REQUIRE_BACKENDS=cpu,cuda
 status=0
+# each suite runs in its package's directory, as go test runs it
+# (build/gpu/ops_norm.test: ops/norm)
 for t in build/gpu/*.test; do
 	echo "== $t"
-	"$t" -test.run '/cuda' -test.count=1 || status=1
+	pkg=$(basename "$t" .test | tr _ /)
+	(cd "$pkg" && "$OLDPWD/$t" -test.run '/cuda' -test.count=1) || status=1
 done
 ./build/abi_test build/libmetalcore.so || status=1
 (cd tests/gpu && METALCORE_LIBRARY=../../build/libmetalcore.so python3 cuda_test.py) || status=1
