@@ -103,14 +103,14 @@ deps:
 # fail when the result differs from what is committed (a file changed, added
 # or gone)
 test-generated:
-	$(GO) generate ./encoder/cpu/simd/avx512/
-	@git diff --quiet -- encoder/cpu/simd/avx2 && test -z "$$(git ls-files --others --exclude-standard encoder/cpu/simd/avx2)" || \
-		{ echo "encoder/cpu/simd/avx2 differs from what go generate writes from the avx512 template (now regenerated: commit it)"; git status --short encoder/cpu/simd/avx2; exit 1; }
+	$(GO) generate ./backend/cpu/simd/avx512/
+	@git diff --quiet -- backend/cpu/simd/avx2 && test -z "$$(git ls-files --others --exclude-standard backend/cpu/simd/avx2)" || \
+		{ echo "backend/cpu/simd/avx2 differs from what go generate writes from the avx512 template (now regenerated: commit it)"; git status --short backend/cpu/simd/avx2; exit 1; }
 
 # the CUDA kernel sources as the library compiles them (the prelude, then
 # every family's), parsed and instantiated by clang's CUDA front end: a
 # check that needs no GPU and no toolkit
-CUDA_SOURCES := encoder/cuda/prelude.cuh $(sort $(wildcard ops/*/*.cu))
+CUDA_SOURCES := backend/cuda/prelude.cuh $(sort $(wildcard ops/*/*.cu))
 test-cuda-syntax:
 	@mkdir -p build
 	cat $(CUDA_SOURCES) > build/kernels.cu
@@ -123,7 +123,7 @@ test-go:
 
 # The same suite built without the experiment: the portable-only build path.
 test-portable:
-	GOEXPERIMENT= $(GO) test -count=1 ./encoder/... ./ops/...
+	GOEXPERIMENT= $(GO) test -count=1 ./backend/... ./ops/...
 
 # checkptr (on with -race) rejects archsimd's own masked tail loads, which
 # convert a short slice to a vector-sized array pointer; the hardware mask
@@ -236,7 +236,7 @@ bench: $(LIB)
 
 # What a GPU machine without Go needs to run tests/gpu/run.sh and
 # bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.
-GPU_PKGS = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./encoder/cuda ./ops/... | sed 's|^metalcore/||')
+GPU_PKGS = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./backend/cuda ./ops/... | sed 's|^metalcore/||')
 gpu-binaries: $(LIB) build/abi_test
 	@mkdir -p build/gpu
 	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -ldflags=-s -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done

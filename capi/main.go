@@ -20,8 +20,8 @@ import (
 	"sync"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cpu"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 )
 

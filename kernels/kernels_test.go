@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 	tu "metalcore/internal/testutil"
 	"metalcore/ops/norm"
 	"metalcore/ops/softmax"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cuda"
 	_ "metalcore/ops/adamw"
 	_ "metalcore/ops/qr"
 )

@@ -14,7 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
+	"metalcore/backend/cpu"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"

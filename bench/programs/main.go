@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cuda"
 	_ "metalcore/ops/activation"
 	_ "metalcore/ops/adamw"
 	_ "metalcore/ops/norm"

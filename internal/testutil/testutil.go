@@ -15,9 +15,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 )
 

@@ -7,7 +7,7 @@ package activation
 import (
 	"unsafe"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )

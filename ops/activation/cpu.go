@@ -3,8 +3,8 @@ package activation
 import (
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 )
 

@@ -4,8 +4,8 @@ import (
 	_ "embed"
 	"unsafe"
 
-	"metalcore/encoder/cpu/simd"
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cpu/simd"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 )
 

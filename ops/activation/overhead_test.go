@@ -3,7 +3,7 @@ package activation
 import (
 	"testing"
 
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )

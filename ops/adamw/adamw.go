@@ -10,8 +10,8 @@ import (
 	"sync"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 )
 

@@ -3,7 +3,7 @@ package adamw
 import (
 	"testing"
 
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )

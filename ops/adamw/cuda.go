@@ -5,8 +5,8 @@ import (
 	"math"
 	"unsafe"
 
-	"metalcore/encoder/cpu/simd"
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cpu/simd"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 )
 

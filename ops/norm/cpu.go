@@ -4,8 +4,8 @@ import (
 	"math"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"metalcore/encoder/cpu"
+	"metalcore/backend/cpu"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )

@@ -1,8 +1,8 @@
 package qr
 
 import (
-	"metalcore/encoder/cpu"
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 )
 

@@ -4,7 +4,7 @@ import (
 	"math"
 	"unsafe"
 
-	"metalcore/encoder/cpu"
+	"metalcore/backend/cpu"
 	"metalcore/internal/core"
 )
 

@@ -4,7 +4,7 @@ import (
 	_ "embed"
 	"unsafe"
 
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cuda"
 	"metalcore/internal/core"
 )
 

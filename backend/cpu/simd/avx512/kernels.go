@@ -6,7 +6,7 @@ import (
 	"math"
 	"simd/archsimd"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 )
 
 // This file and its siblings (one a family of primitives: reductions.go,

@@ -5,7 +5,7 @@ package cuda_test
 import (
 	"testing"
 
-	"metalcore/encoder/cuda"
+	"metalcore/backend/cuda"
 	tu "metalcore/internal/testutil"
 )
 

@@ -5,7 +5,7 @@ package avx512
 import (
 	"simd/archsimd"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 )
 
 // adamW is simd.Portable.AdamW on W lanes (with a true division and square

@@ -2,7 +2,7 @@
 
 package cpu
 
-import "metalcore/encoder/cpu/simd"
+import "metalcore/backend/cpu/simd"
 
 // Without GOEXPERIMENT=simd on amd64 (and on every other architecture) only
 // the portable implementation exists.

@@ -2,7 +2,7 @@
 
 package f16c
 
-import "metalcore/encoder/cpu/simd"
+import "metalcore/backend/cpu/simd"
 
 // widen8 and narrow8 convert n elements, n a multiple of 8 (assembly).
 //

@@ -5,10 +5,10 @@ package cpu
 import (
 	"golang.org/x/sys/cpu"
 
-	"metalcore/encoder/cpu/simd"
-	"metalcore/encoder/cpu/simd/avx2"
-	"metalcore/encoder/cpu/simd/avx512"
-	"metalcore/encoder/cpu/simd/f16c"
+	"metalcore/backend/cpu/simd"
+	"metalcore/backend/cpu/simd/avx2"
+	"metalcore/backend/cpu/simd/avx512"
+	"metalcore/backend/cpu/simd/f16c"
 )
 
 func isaTables() []*simd.Table {

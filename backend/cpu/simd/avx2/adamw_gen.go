@@ -7,7 +7,7 @@ package avx2
 import (
 	"simd/archsimd"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 )
 
 // adamW is simd.Portable.AdamW on W lanes (with a true division and square

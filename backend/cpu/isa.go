@@ -9,7 +9,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"metalcore/encoder/cpu/simd"
+	"metalcore/backend/cpu/simd"
 )
 
 // tables lists the implementations this machine can run, best first; the

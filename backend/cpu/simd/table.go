@@ -1,6 +1,6 @@
 // Package simd declares the vector primitives the CPU kernels are built from
 // and their portable Go implementation. Per-ISA implementations live in the
-// subpackages (avx512, avx2); encoder/cpu picks one at run time.
+// subpackages (avx512, avx2); backend/cpu picks one at run time.
 //
 // Every primitive works on float32 slices; dst may be the same slice as an
 // input (elementwise in place) but must not otherwise overlap one. The 16-bit
