@@ -21,7 +21,7 @@ VERSION := $(MC_MAJOR).$(MC_MINOR).$(MC_PATCH)
 SONAME  := libmetalcore.so.$(MC_MAJOR)
 # the SONAME, and only the header's functions exported (capi/exports.map)
 LIB_LDFLAGS := -extldflags=-Wl,-soname,$(SONAME),--version-script=$(CURDIR)/capi/exports.map
-SOURCES := $(shell find capi encoder internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo capi/exports.map Makefile
+SOURCES := $(shell find capi backend internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo capi/exports.map Makefile
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # every package with tests in a pure-Go arm64 build (the c-shared entry point
 # and the CUDA driver's tests need cgo)
