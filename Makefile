@@ -87,7 +87,7 @@ test: deps test-generated test-cuda-syntax test-go test-portable test-race test-
 # apt-get where this user may (root, or sudo without a password); otherwise
 # the one command that would.
 DEBS := gcc g++ make pkgconf cmake qemu-user-static python3-torch python3-numpy python3-pytest python3-venv \
-	python3-setuptools python3-wheel libopenblas0-pthread clang-14
+	python3-setuptools python3-wheel libopenblas0-pthread clang-14 clang-format-14
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	missing=$$(echo $$missing); \
@@ -113,6 +113,7 @@ test-generated:
 CUDA_SOURCES := backend/cuda/prelude.cuh $(sort $(wildcard ops/*/*.cu))
 test-cuda-syntax:
 	@mkdir -p build
+	clang-format-14 --dry-run -Werror $(CUDA_SOURCES)
 	cat $(CUDA_SOURCES) > build/kernels.cu
 	clang-14 -x cuda --cuda-gpu-arch=sm_80 --cuda-device-only -nocudainc -nocudalib -std=c++14 -fsyntax-only \
 		-include tests/cuda/nvrtc_builtins.h build/kernels.cu
@@ -238,7 +239,7 @@ bench: $(LIB)
 # bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.
 GPU_PKGS = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./backend/cuda ./ops/... | sed 's|^metalcore/||')
 gpu-binaries: $(LIB) build/abi_test
-	@mkdir -p build/gpu
+	@mkdir -p build/gpu && rm -f build/gpu/*.test
 	@set -e; for p in $(GPU_PKGS); do $(GO) test -c -ldflags=-s -o build/gpu/$$(echo $$p | tr / _).test ./$$p; done
 
 # capi/default.pgo: a CPU profile of the benchmark, which go build uses for

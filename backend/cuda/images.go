@@ -73,25 +73,29 @@ func allKernels() []string {
 	return kernelOrder
 }
 
-// kernelNames lists NAME_f32/_f16/_bf16 for every line-starting
-// MC_INSTANTIATE(NAME, ...) of src (or MC_INSTANTIATE_BOUNDS, _GROUP, ...),
-// and NAME for every line-starting MC_ENTRY(NAME, ...) (a kernel of one
-// type).
+// kernelNames lists the kernels declared in src, at the start of a line:
+// NAME_f32/_f16/_bf16 for MC_INSTANTIATE(NAME, ...) (or _BOUNDS, _GROUP,
+// _DYNAMIC), a kernel per dtype, and NAME for MC_ENTRY(NAME, ...) (or
+// _GROUP), a kernel of one type. (Not regexp: it would bring its tables
+// into the library.)
 func kernelNames(src string) []string {
-	var names []string
-	src = "\n" + src // the first line starts a line too
-	firstArg := func(call string) string {
-		call = call[strings.IndexByte(call, '(')+1:]
-		return strings.TrimSpace(call[:strings.IndexAny(call, ",)")])
+	var perType, plain []string
+	for _, line := range strings.Split(src, "\n") {
+		macro, args, ok := strings.Cut(line, "(")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(args, ",")
+		name, _, _ = strings.Cut(name, ")")
+		name = strings.TrimSpace(name)
+		switch {
+		case strings.HasPrefix(macro, "MC_INSTANTIATE") && !strings.ContainsAny(macro, " \t"):
+			perType = append(perType, name+"_f32", name+"_f16", name+"_bf16")
+		case strings.HasPrefix(macro, "MC_ENTRY") && !strings.ContainsAny(macro, " \t"):
+			plain = append(plain, name)
+		}
 	}
-	for _, part := range strings.Split(src, "\nMC_INSTANTIATE")[1:] {
-		name := firstArg(part)
-		names = append(names, name+"_f32", name+"_f16", name+"_bf16")
-	}
-	for _, part := range strings.Split(src, "\nMC_ENTRY(")[1:] {
-		names = append(names, firstArg("("+part))
-	}
-	return names
+	return append(perType, plain...)
 }
 
 // program is the source that compiles kernel name, of family src, alone.

@@ -17,7 +17,9 @@ func TestKernelNames(t *testing.T) {
 		"MC_INSTANTIATE_BOUNDS(cols128, MC_BOUNDS(128, 3), (int n),\n    (n))\n" +
 		"MC_INSTANTIATE_GROUP( rows_bwd , 66, , (int n), (n))\n" +
 		"MC_ENTRY(plain_sum, (const float* x)) {}\n" +
-		"MC_ENTRY(plain_max, MC_MAX_PARAMS) {}\n"
+		"MC_ENTRY(plain_max, MC_MAX_PARAMS) {}\n" +
+		"MC_ENTRY_GROUP(plain_scan, ScanShared, (int n), (n))\n"
 	require.Equal(t, []string{"rows_fwd_f32", "rows_fwd_f16", "rows_fwd_bf16", "cols128_f32", "cols128_f16",
-		"cols128_bf16", "rows_bwd_f32", "rows_bwd_f16", "rows_bwd_bf16", "plain_sum", "plain_max"}, kernelNames(src))
+		"cols128_bf16", "rows_bwd_f32", "rows_bwd_f16", "rows_bwd_bf16", "plain_sum", "plain_max", "plain_scan"},
+		kernelNames(src))
 }

@@ -12,7 +12,14 @@
 // has no threadgroup variables in other functions): helpers take it as an
 // MC_GROUP pointer or reference.
 #define MC_SHARED __shared__
+// Address spaces, which MSL requires on every pointer and reference:
+// MC_GLOBAL device memory, MC_GROUP shared memory, MC_THREAD the thread's
+// own, MC_CONSTANT a kernel's argument table. CUDA needs none: they are
+// empty here.
+#define MC_GLOBAL
 #define MC_GROUP
+#define MC_THREAD
+#define MC_CONSTANT
 #define MC_ALIGN(bytes) __align__(bytes)
 // MC_SHARED_DYNAMIC(T, name): the block's dynamic shared memory as T name[]
 #define MC_SHARED_DYNAMIC(T, name) extern __shared__ T name[]
@@ -22,6 +29,7 @@
 
 typedef unsigned short mc_u16;
 typedef long long mc_i64;
+typedef unsigned long long mc_u64;  // an address as an integer
 
 // Thread and group indices. An entry declares them (MC_IDS_DECLARE) and
 // passes them down as `MC_IDS` (MSL has no global thread index); kernel
@@ -34,7 +42,7 @@ struct mc_ids {
     MC_METHOD mc_i64 block() const { return (mc_i64)blockIdx.x; }
     MC_METHOD mc_i64 nblocks() const { return (mc_i64)gridDim.x; }
 };
-#define MC_IDS const mc_ids& id
+#define MC_IDS MC_THREAD const mc_ids& id
 #define MC_IDS_DECLARE const mc_ids id = {}
 #define MC_TID (id.tid())
 #define MC_NTHREADS (id.nthreads())
@@ -50,62 +58,70 @@ MC_DEVICE float mc_pow2(int e) { return __int_as_float((127 + e) << 23); }
 // denormals and zero, 129 for infinities and NaN
 MC_DEVICE int mc_exponent(float x) { return ((__float_as_int(x) >> 23) & 255) - 126; }
 
-
-// Element types: T is the storage type, load/store convert to float32
-// (16-bit stores round to nearest even; NaN stays NaN).
+// Element types: T is the storage type; unpack and pack convert a value to
+// and from float32 (16-bit packing rounds to nearest even; NaN stays NaN),
+// load and store do so through device memory.
 struct F32 {
     typedef float T;
-    MC_DEVICE float load(const T* p) { return *p; }
-    MC_DEVICE void store(T* p, float v) { *p = v; }
+    MC_DEVICE float unpack(T v) { return v; }
+    MC_DEVICE T pack(float v) { return v; }
+    MC_DEVICE float load(MC_GLOBAL const T* p) { return *p; }
+    MC_DEVICE void store(MC_GLOBAL T* p, float v) { *p = v; }
     MC_DEVICE float round(float v) { return v; }
 };
 struct BF16 {
     typedef mc_u16 T;
-    MC_DEVICE float load(const T* p) { return __uint_as_float(((unsigned)*p) << 16); }
-    MC_DEVICE void store(T* p, float v) {
+    MC_DEVICE float unpack(T v) { return __uint_as_float(((unsigned)v) << 16); }
+    MC_DEVICE T pack(float v) {
 #if __CUDA_ARCH__ >= 800
         mc_u16 h;  // the hardware rounds to nearest even and keeps NaN a NaN
         asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-        *p = h;
+        return h;
 #else
         unsigned u = __float_as_uint(v);
-        if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (mc_u16)((u >> 16) | 0x40u); return; }
-        *p = (mc_u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (mc_u16)((u >> 16) | 0x40u);
+        return (mc_u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
     }
-    MC_DEVICE float round(float v) { T t; store(&t, v); return load(&t); }
+    MC_DEVICE float load(MC_GLOBAL const T* p) { return unpack(*p); }
+    MC_DEVICE void store(MC_GLOBAL T* p, float v) { *p = pack(v); }
+    MC_DEVICE float round(float v) { return unpack(pack(v)); }
 };
 struct F16 {
     typedef mc_u16 T;
-    MC_DEVICE float load(const T* p) {
+    MC_DEVICE float unpack(T v) {
         float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(*p));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
         return f;
     }
-    MC_DEVICE void store(T* p, float v) {
+    MC_DEVICE T pack(float v) {
         mc_u16 h;
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-        *p = h;
+        return h;
     }
-    MC_DEVICE float round(float v) { T t; store(&t, v); return load(&t); }
+    MC_DEVICE float load(MC_GLOBAL const T* p) { return unpack(*p); }
+    MC_DEVICE void store(MC_GLOBAL T* p, float v) { *p = pack(v); }
+    MC_DEVICE float round(float v) { return unpack(pack(v)); }
 };
 
 // 16-byte vectors: VEC elements of D per load.
 template <class D> struct Vec {
     enum { N = 16 / sizeof(typename D::T) };
-    MC_DEVICE void load(const typename D::T* p, float* out) { unpack(*(const uint4*)p, out); }
-    // unpack converts a piece already loaded (raw) to float
-    MC_DEVICE void unpack(uint4 raw, float* out) {
-        const typename D::T* e = (const typename D::T*)&raw;
-#pragma unroll
-        for (int j = 0; j < N; j++) out[j] = D::load(e + j);
+    MC_DEVICE void load(MC_GLOBAL const typename D::T* p, MC_THREAD float* out) {
+        unpack(*(MC_GLOBAL const uint4*)p, out);
     }
-    MC_DEVICE void store(typename D::T* p, const float* in) {
-        uint4 raw;
-        typename D::T* e = (typename D::T*)&raw;
+    // unpack converts a piece already loaded (raw) to float
+    MC_DEVICE void unpack(uint4 raw, MC_THREAD float* out) {
+        MC_THREAD const typename D::T* e = (MC_THREAD const typename D::T*)&raw;
 #pragma unroll
-        for (int j = 0; j < N; j++) D::store(e + j, in[j]);
-        *(uint4*)p = raw;
+        for (int j = 0; j < N; j++) out[j] = D::unpack(e[j]);
+    }
+    MC_DEVICE void store(MC_GLOBAL typename D::T* p, MC_THREAD const float* in) {
+        uint4 raw;
+        MC_THREAD typename D::T* e = (MC_THREAD typename D::T*)&raw;
+#pragma unroll
+        for (int j = 0; j < N; j++) e[j] = D::pack(in[j]);
+        *(MC_GLOBAL uint4*)p = raw;
     }
 };
 
@@ -135,7 +151,7 @@ MC_DEVICE float mc_block_sum(MC_IDS, float v, MC_GROUP float* scratch) {
 }
 // mc_block_sum2 sums a and b over the block with one pair of barriers;
 // scratch holds 66 floats.
-MC_DEVICE void mc_block_sum2(MC_IDS, float& a, float& b, MC_GROUP float* scratch) {
+MC_DEVICE void mc_block_sum2(MC_IDS, MC_THREAD float& a, MC_THREAD float& b, MC_GROUP float* scratch) {
     a = mc_warp_sum(a);
     b = mc_warp_sum(b);
     if (MC_NTHREADS == 32) return;
@@ -162,23 +178,24 @@ MC_DEVICE float mc_block_max(MC_IDS, float v, MC_GROUP float* scratch) {
 // elements [(k*threads + t)*N, +N). A row whose start is 16-byte aligned and
 // whose width is a multiple of N moves whole vectors; any other row goes
 // element by element with the same layout.
-MC_DEVICE bool mc_aligned(const void* q, int cols, int n) {
-    return ((unsigned long long)q % 16) == 0 && cols % n == 0;
-}
+MC_DEVICE bool mc_aligned(MC_GLOBAL const void* q, int cols, int n) { return ((mc_u64)q % 16) == 0 && cols % n == 0; }
 MC_DEVICE int mc_piece_start(MC_IDS, int k, int n) { return (k * MC_NTHREADS + MC_TID) * n; }
 
-template <class D> MC_DEVICE void mc_fetch(const typename D::T* p, int cols, bool vec, int s, float* out) {
+template <class D>
+MC_DEVICE void mc_fetch(MC_GLOBAL const typename D::T* p, int cols, bool vec, int s, MC_THREAD float* out) {
     enum { N = Vec<D>::N };
     if (vec) {
         if (s < cols) Vec<D>::load(p + s, out);
-        else for (int j = 0; j < N; j++) out[j] = 0.f;
+        else
+            for (int j = 0; j < N; j++) out[j] = 0.f;
         return;
     }
 #pragma unroll
     for (int j = 0; j < N; j++) out[j] = s + j < cols ? D::load(p + s + j) : 0.f;
 }
 
-template <class D> MC_DEVICE void mc_store(typename D::T* q, int cols, bool vec, int s, const float* val) {
+template <class D>
+MC_DEVICE void mc_store(MC_GLOBAL typename D::T* q, int cols, bool vec, int s, MC_THREAD const float* val) {
     enum { N = Vec<D>::N };
     if (vec) {
         if (s < cols) Vec<D>::store(q + s, val);
@@ -198,17 +215,18 @@ template <class D, int C> struct Ahead {
     uint4 raw[C];
     bool have = false;
     // fetch starts loading the pieces of row, cols wide (when aligned)
-    MC_METHOD void fetch(MC_IDS, const typename D::T* row, int cols) {
+    MC_METHOD void fetch(MC_IDS, MC_GLOBAL const typename D::T* row, int cols) {
         have = mc_aligned(row, cols, N);
 #pragma unroll
         for (int k = 0; k < C; k++) {
             int s = mc_piece_start(id, k, N);
-            if (have && s < cols) raw[k] = *(const uint4*)(row + s);
+            if (have && s < cols) raw[k] = *(MC_GLOBAL const uint4*)(row + s);
         }
     }
     // get is piece k of the row at src (read as mc_fetch reads it): the one
     // fetched ahead, else loaded now
-    MC_METHOD void get(MC_IDS, int k, const typename D::T* src, int cols, bool vec, float* out) const {
+    MC_METHOD void get(MC_IDS, int k, MC_GLOBAL const typename D::T* src, int cols, bool vec,
+                       MC_THREAD float* out) const {
         int s = mc_piece_start(id, k, N);
         if (have && s < cols) Vec<D>::unpack(raw[k], out);
         else mc_fetch<D>(src, cols, vec, s, out);
@@ -218,7 +236,7 @@ template <class D, int C> struct Ahead {
 // mc_for_rows calls f(r) for this block's rows: its own (a block per row,
 // as straight-line code: a loop that runs once measured slower), or with
 // `ahead` every MC_NBLOCKS-th row from MC_BLOCK (a wave of blocks).
-template <bool ahead, class F> MC_DEVICE void mc_for_rows(MC_IDS, int rows, F& f) {
+template <bool ahead, class F> MC_DEVICE void mc_for_rows(MC_IDS, int rows, MC_THREAD F& f) {
     if (!ahead) f(MC_BLOCK);
     else
         for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) f(r);
@@ -237,19 +255,23 @@ template <class D, int C> struct Row {
     enum { N = Vec<D>::N };
     float v[C][N];
     Ahead<D, C> next;
-    const typename D::T* src;
+    MC_GLOBAL const typename D::T* src;
     int cols;
     bool vec;
-    MC_METHOD void init(const typename D::T* row, int c) { src = row; cols = c; vec = mc_aligned(row, c, N); }
+    MC_METHOD void init(MC_GLOBAL const typename D::T* row, int c) {
+        src = row;
+        cols = c;
+        vec = mc_aligned(row, c, N);
+    }
     MC_METHOD int pieces(MC_IDS) const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
     // fetch_next: start loading the block's next row (r + MC_NBLOCKS of the
     // rows at base, stride apart), if there is one, for the next init
-    MC_METHOD void fetch_next(MC_IDS, const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
+    MC_METHOD void fetch_next(MC_IDS, MC_GLOBAL const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
         if (r + MC_NBLOCKS < rows) next.fetch(id, base + (r + MC_NBLOCKS) * stride, cols);
     }
     // load: fetch every piece (caching the first C; those fetched ahead come
     // from registers) and pass it to f
-    template <class F> MC_METHOD void load(MC_IDS, F& f) {
+    template <class F> MC_METHOD void load(MC_IDS, MC_THREAD F& f) {
         int n = pieces(id);
 #pragma unroll
         for (int k = 0; k < C; k++)
@@ -261,7 +283,7 @@ template <class D, int C> struct Row {
         rest(id, f);
     }
     // each: pass every piece to f again, from registers where cached
-    template <class F> MC_METHOD void each(MC_IDS, F& f) {
+    template <class F> MC_METHOD void each(MC_IDS, MC_THREAD F& f) {
         int n = pieces(id);
 #pragma unroll
         for (int k = 0; k < C; k++)
@@ -269,7 +291,7 @@ template <class D, int C> struct Row {
         rest(id, f);
     }
     // rest: the pieces past the cache, read from src
-    template <class F> MC_METHOD void rest(MC_IDS, F& f) const {
+    template <class F> MC_METHOD void rest(MC_IDS, MC_THREAD F& f) const {
         int n = pieces(id);
         for (int k = C; k < n; k++) {
             float t[N];
@@ -285,17 +307,17 @@ template <class D, int C> struct Row {
 // of what another block wrote. mc_blocks_sync is arrival `target` at
 // *counter: every block counted must be resident at once, so such kernels
 // are launched cooperatively (the launch fails rather than hangs).
-MC_DEVICE float mc_load_coherent(const float* p) {
+MC_DEVICE float mc_load_coherent(MC_GLOBAL const float* p) {
     float v;
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 }
-MC_DEVICE void mc_blocks_sync(MC_IDS, unsigned* counter, unsigned target) {
+MC_DEVICE void mc_blocks_sync(MC_IDS, MC_GLOBAL unsigned* counter, unsigned target) {
     __threadfence();
     MC_BARRIER();
     if (MC_TID == 0) {
         atomicAdd(counter, 1u);
-        while (*(volatile unsigned*)counter < target) {
+        while (*(MC_GLOBAL volatile unsigned*)counter < target) {
         }
         __threadfence();
     }
@@ -328,6 +350,17 @@ MC_DEVICE void mc_blocks_sync(MC_IDS, unsigned* counter, unsigned target) {
 #define MC_ENTRY(NAME, PARAMS) MC_CAT(MC_ENTRY_, MC_WANTED(NAME)) NAME PARAMS
 #define MC_ENTRY_1 MC_KERNEL void
 #define MC_ENTRY_0 template <int mc_unselected> static __device__ void
+// MC_ENTRY_GROUP(NAME, S, PARAMS, ARGS): a kernel of one type, NAME, that
+// calls NAME_impl(id, group, args...), group an S in shared memory declared
+// in the entry.
+#define MC_WITH_SHARED(...) (id, mc_shared, __VA_ARGS__)
+#define MC_ENTRY_GROUP(NAME, S, PARAMS, ARGS) \
+    MC_IF(NAME)                               \
+    (MC_KERNEL void NAME PARAMS {             \
+        MC_IDS_DECLARE;                       \
+        MC_SHARED S mc_shared;                \
+        NAME##_impl MC_WITH_SHARED ARGS;      \
+    })
 
 // One kernel per dtype: NAME_f32, NAME_f16, NAME_bf16, each calling
 // NAME<D>(id, args...). BOUNDS: nothing, or MC_BOUNDS(threads, blocks) where
@@ -337,10 +370,14 @@ MC_DEVICE void mc_blocks_sync(MC_IDS, unsigned* counter, unsigned target) {
 #define MC_WITH_IDS(...) (id, __VA_ARGS__)
 #define MC_WITH_GROUP(...) (id, mc_group, __VA_ARGS__)
 #define MC_DTYPE_KERNEL(NAME, DT, D, BOUNDS, PARAMS, DECL, CALL) \
-    MC_IF(NAME##_##DT)(MC_KERNEL void BOUNDS NAME##_##DT PARAMS { MC_IDS_DECLARE; DECL NAME<D> CALL; })
-#define MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, DECL, CALL)       \
-    MC_DTYPE_KERNEL(NAME, f32, F32, BOUNDS, PARAMS, DECL, CALL)  \
-    MC_DTYPE_KERNEL(NAME, f16, F16, BOUNDS, PARAMS, DECL, CALL)  \
+    MC_IF(NAME##_##DT)                                           \
+    (MC_KERNEL void BOUNDS NAME##_##DT PARAMS {                  \
+        MC_IDS_DECLARE;                                          \
+        DECL NAME<D> CALL;                                       \
+    })
+#define MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, DECL, CALL)      \
+    MC_DTYPE_KERNEL(NAME, f32, F32, BOUNDS, PARAMS, DECL, CALL) \
+    MC_DTYPE_KERNEL(NAME, f16, F16, BOUNDS, PARAMS, DECL, CALL) \
     MC_DTYPE_KERNEL(NAME, bf16, BF16, BOUNDS, PARAMS, DECL, CALL)
 #define MC_INSTANTIATE_BOUNDS(NAME, BOUNDS, PARAMS, ARGS) MC_DTYPE_KERNELS(NAME, BOUNDS, PARAMS, , MC_WITH_IDS ARGS)
 #define MC_INSTANTIATE(NAME, PARAMS, ARGS) MC_INSTANTIATE_BOUNDS(NAME, , PARAMS, ARGS)

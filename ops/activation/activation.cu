@@ -78,14 +78,15 @@ MC_DEVICE float silu_grad(float dy, float x) {
 // apply f(a[i], b[i]) -> out[i] for i < n (b may be null); f is a function
 // object of two floats
 template <class D, class F>
-MC_DEVICE void elementwise(MC_IDS, const void* a_, const void* b_, void* out_, mc_i64 n, F f) {
+MC_DEVICE void elementwise(MC_IDS, MC_GLOBAL const void* a_, MC_GLOBAL const void* b_, MC_GLOBAL void* out_, mc_i64 n,
+                           F f) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
-    const T* a = (const T*)a_;
-    const T* b = (const T*)b_;
-    T* out = (T*)out_;
+    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_;
+    MC_GLOBAL const T* b = (MC_GLOBAL const T*)b_;
+    MC_GLOBAL T* out = (MC_GLOBAL T*)out_;
     mc_i64 stride = MC_NBLOCKS * MC_NTHREADS, first = MC_BLOCK * MC_NTHREADS + MC_TID;
-    bool vec = ((unsigned long long)a % 16 | (unsigned long long)out % 16 | (unsigned long long)b % 16) == 0;
+    bool vec = ((mc_u64)a % 16 | (mc_u64)out % 16 | (mc_u64)b % 16) == 0;
     mc_i64 done = 0;
     if (vec) {
         mc_i64 pieces = n / N;
@@ -124,26 +125,21 @@ struct SiluGrad {
     MC_METHOD float operator()(float d, float v) const { return silu_grad(d, v); }
 };
 // The erf form's gradient of 16-bit data takes gelu_grad_16bit.
-template <class D> struct GeluErfGradOf {
-    typedef GeluErfGrad F;
-};
-template <> struct GeluErfGradOf<F16> {
-    typedef GeluErfGrad16 F;
-};
-template <> struct GeluErfGradOf<BF16> {
-    typedef GeluErfGrad16 F;
-};
+template <class D> struct GeluErfGradOf { typedef GeluErfGrad F; };
+template <> struct GeluErfGradOf<F16> { typedef GeluErfGrad16 F; };
+template <> struct GeluErfGradOf<BF16> { typedef GeluErfGrad16 F; };
 
 // One kernel per activation and form (a kernel's registers are those of its
 // most demanding path, so the erf form's do not pay for the tanh form's):
 // NAME<D> applies F over n elements of one input (x) or two (dy, x).
-#define MC_ACTIVATION_FWD(NAME, F)                                                      \
-    template <class D> MC_DEVICE void NAME(MC_IDS, const void* x, void* y, mc_i64 n) { \
-        elementwise<D>(id, x, 0, y, n, F());                                          \
+#define MC_ACTIVATION_FWD(NAME, F)                                                                         \
+    template <class D> MC_DEVICE void NAME(MC_IDS, MC_GLOBAL const void* x, MC_GLOBAL void* y, mc_i64 n) { \
+        elementwise<D>(id, x, 0, y, n, F());                                                               \
     }
-#define MC_ACTIVATION_BWD(NAME, F)                                                                         \
-    template <class D> MC_DEVICE void NAME(MC_IDS, const void* dy, const void* x, void* dx, mc_i64 n) { \
-        elementwise<D>(id, dy, x, dx, n, F());                                                           \
+#define MC_ACTIVATION_BWD(NAME, F)                                                                                 \
+    template <class D>                                                                                             \
+    MC_DEVICE void NAME(MC_IDS, MC_GLOBAL const void* dy, MC_GLOBAL const void* x, MC_GLOBAL void* dx, mc_i64 n) { \
+        elementwise<D>(id, dy, x, dx, n, F());                                                                     \
     }
 MC_ACTIVATION_FWD(gelu_fwd, GeluErf)
 MC_ACTIVATION_FWD(gelu_tanh_fwd, GeluTanh)
@@ -151,8 +147,8 @@ MC_ACTIVATION_BWD(gelu_bwd, typename GeluErfGradOf<D>::F)
 MC_ACTIVATION_BWD(gelu_tanh_bwd, GeluTanhGrad)
 MC_ACTIVATION_FWD(silu_fwd, Silu)
 MC_ACTIVATION_BWD(silu_bwd, SiluGrad)
-#define MC_ACTIVATION_FWD_PARAMS (const void* x, void* y, mc_i64 n)
-#define MC_ACTIVATION_BWD_PARAMS (const void* dy, const void* x, void* dx, mc_i64 n)
+#define MC_ACTIVATION_FWD_PARAMS (MC_GLOBAL const void* x, MC_GLOBAL void* y, mc_i64 n)
+#define MC_ACTIVATION_BWD_PARAMS (MC_GLOBAL const void* dy, MC_GLOBAL const void* x, MC_GLOBAL void* dx, mc_i64 n)
 MC_INSTANTIATE(gelu_fwd, MC_ACTIVATION_FWD_PARAMS, (x, y, n))
 MC_INSTANTIATE(gelu_tanh_fwd, MC_ACTIVATION_FWD_PARAMS, (x, y, n))
 MC_INSTANTIATE(gelu_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))

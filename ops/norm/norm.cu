@@ -9,7 +9,7 @@
 template <class D> struct SumSquares {
     enum { N = Vec<D>::N };
     float ss;
-    MC_METHOD void operator()(const float* v, int, int) {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int) {
         for (int j = 0; j < N; j++) ss += v[j] * v[j];
     }
 };
@@ -18,11 +18,11 @@ template <class D> struct SumSquares {
 template <class D> struct RmsWrite {
     enum { N = Vec<D>::N };
     float inv;
-    const typename D::T* w;
-    typename D::T* y;
+    MC_GLOBAL const typename D::T* w;
+    MC_GLOBAL typename D::T* y;
     int cols;
     bool wvec, yvec;
-    MC_METHOD void operator()(const float* v, int, int s) const {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int s) const {
         float o[N], wv[N];
         if (w) mc_fetch<D>(w, cols, wvec, s, wv);
         for (int j = 0; j < N; j++) o[j] = v[j] * inv * (w ? wv[j] : 1.f);
@@ -30,7 +30,8 @@ template <class D> struct RmsWrite {
     }
 };
 template <class D, int C>
-MC_DEVICE void rms_write(MC_IDS, Row<D, C>& x, float inv, const typename D::T* w, typename D::T* y) {
+MC_DEVICE void rms_write(MC_IDS, MC_THREAD Row<D, C>& x, float inv, MC_GLOBAL const typename D::T* w,
+                         MC_GLOBAL typename D::T* y) {
     enum { N = Vec<D>::N };
     RmsWrite<D> f = {inv, w, y, x.cols, w && mc_aligned(w, x.cols, N), mc_aligned(y, x.cols, N)};
     x.each(id, f);
@@ -44,13 +45,13 @@ template <class D, bool ahead> struct RmsNormRows {
     typedef typename D::T T;
     MC_IDS;
     MC_GROUP float* red;
-    Row<D, MC_CACHE>& x;
-    const T* xb;
+    MC_THREAD Row<D, MC_CACHE>& x;
+    MC_GLOBAL const T* xb;
     mc_i64 xs;
-    const T* w;
-    T* y;
+    MC_GLOBAL const T* w;
+    MC_GLOBAL T* y;
     mc_i64 ys;
-    float* rstd;
+    MC_GLOBAL float* rstd;
     int rows, cols;
     float eps;
     MC_METHOD void operator()(mc_i64 r) {
@@ -64,24 +65,28 @@ template <class D, bool ahead> struct RmsNormRows {
     }
 };
 template <class D, bool ahead>
-MC_DEVICE void rmsnorm_rows(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys,
-                            float* rstd, int rows, int cols, float eps) {
+MC_DEVICE void rmsnorm_rows(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w,
+                            MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* rstd, int rows, int cols, float eps) {
     typedef typename D::T T;
     Row<D, MC_CACHE> row;
-    RmsNormRows<D, ahead> f = {id, red, row, (const T*)x, xs, (const T*)w, (T*)y, ys, rstd, rows, cols, eps};
+    RmsNormRows<D, ahead> f = {
+        id, red, row, (MC_GLOBAL const T*)x, xs, (MC_GLOBAL const T*)w, (MC_GLOBAL T*)y, ys, rstd, rows, cols, eps};
     mc_for_rows<ahead>(id, rows, f);
 }
-#define MC_RMSNORM_FWD_PARAMS \
-    (const void* x, mc_i64 xs, const void* w, void* y, mc_i64 ys, float* rstd, int rows, int cols, float eps)
+#define MC_RMSNORM_FWD_PARAMS                                                                                          \
+    (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w, MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* rstd, \
+     int rows, int cols, float eps)
 #define MC_RMSNORM_FWD_ARGS (x, xs, w, y, ys, rstd, rows, cols, eps)
 #define MC_NORM_SCRATCH 33  // floats of shared memory: mc_block_sum's
-template <class D> MC_DEVICE void rmsnorm_fwd(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w,
-                                              void* y, mc_i64 ys, float* rstd, int rows, int cols, float eps) {
+template <class D>
+MC_DEVICE void rmsnorm_fwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w,
+                           MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* rstd, int rows, int cols, float eps) {
     rmsnorm_rows<D, false>(id, red, x, xs, w, y, ys, rstd, rows, cols, eps);
 }
-template <class D> MC_DEVICE void rmsnorm_fwd_ahead(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs,
-                                                    const void* w, void* y, mc_i64 ys, float* rstd, int rows, int cols,
-                                                    float eps) {
+template <class D>
+MC_DEVICE void rmsnorm_fwd_ahead(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs,
+                                 MC_GLOBAL const void* w, MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* rstd, int rows,
+                                 int cols, float eps) {
     rmsnorm_rows<D, true>(id, red, x, xs, w, y, ys, rstd, rows, cols, eps);
 }
 MC_INSTANTIATE_GROUP(rmsnorm_fwd, MC_NORM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
@@ -91,12 +96,12 @@ MC_INSTANTIATE_GROUP(rmsnorm_fwd_ahead, MC_NORM_SCRATCH, , MC_RMSNORM_FWD_PARAMS
 // sum of squares
 template <class D> struct AddResidual {
     enum { N = Vec<D>::N };
-    const typename D::T* res;
-    typename D::T* ro;
+    MC_GLOBAL const typename D::T* res;
+    MC_GLOBAL typename D::T* ro;
     int cols;
     bool resvec, rovec;
     float ss;
-    MC_METHOD void operator()(float* v, int, int s) {
+    MC_METHOD void operator()(MC_THREAD float* v, int, int s) {
         float rv[N];
         mc_fetch<D>(res, cols, resvec, s, rv);
         for (int j = 0; j < N; j++) {
@@ -109,34 +114,36 @@ template <class D> struct AddResidual {
 
 // residual_out = x + residual rounded to the dtype; y = rmsnorm(residual_out) * w
 template <class D>
-MC_DEVICE void fused_add_rmsnorm_fwd(MC_IDS, MC_GROUP float* red, const void* x_, mc_i64 xs, const void* res_,
-                                     mc_i64 rs, const void* w_, void* y_, mc_i64 ys, void* ro_, mc_i64 ros,
-                                     float* rstd, int cols, float eps) {
+MC_DEVICE void fused_add_rmsnorm_fwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x_, mc_i64 xs,
+                                     MC_GLOBAL const void* res_, mc_i64 rs, MC_GLOBAL const void* w_,
+                                     MC_GLOBAL void* y_, mc_i64 ys, MC_GLOBAL void* ro_, mc_i64 ros,
+                                     MC_GLOBAL float* rstd, int cols, float eps) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     mc_i64 r = MC_BLOCK;
-    const T* res = (const T*)res_ + r * rs;
-    T* ro = (T*)ro_ + r * ros;
+    MC_GLOBAL const T* res = (MC_GLOBAL const T*)res_ + r * rs;
+    MC_GLOBAL T* ro = (MC_GLOBAL T*)ro_ + r * ros;
     Row<D, MC_CACHE> x;
-    x.init((const T*)x_ + r * xs, cols);
+    x.init((MC_GLOBAL const T*)x_ + r * xs, cols);
     AddResidual<D> add = {res, ro, cols, mc_aligned(res, cols, N), mc_aligned(ro, cols, N), 0.f};
     x.load(id, add);
     float inv = rsqrtf(mc_block_sum(id, add.ss, red) / cols + eps);
-    x.src = ro; // pieces past the cache re-read the sum this thread wrote
+    x.src = ro;  // pieces past the cache re-read the sum this thread wrote
     x.vec = add.rovec;
-    rms_write<D>(id, x, inv, (const T*)w_, (T*)y_ + r * ys);
+    rms_write<D>(id, x, inv, (MC_GLOBAL const T*)w_, (MC_GLOBAL T*)y_ + r * ys);
     if (rstd && MC_TID == 0) rstd[r] = inv;
 }
 MC_INSTANTIATE_GROUP(fused_add_rmsnorm_fwd, MC_NORM_SCRATCH, ,
-                     (const void* x, mc_i64 xs, const void* res, mc_i64 rs, const void* w, void* y, mc_i64 ys,
-                      void* ro, mc_i64 ros, float* rstd, int cols, float eps),
+                     (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* res, mc_i64 rs, MC_GLOBAL const void* w,
+                      MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL void* ro, mc_i64 ros, MC_GLOBAL float* rstd, int cols,
+                      float eps),
                      (x, xs, res, rs, w, y, ys, ro, ros, rstd, cols, eps))
 
 // the row's sum, and the sum of squared deviations from mu
 template <class D> struct Sum {
     enum { N = Vec<D>::N };
     float sum;
-    MC_METHOD void operator()(const float* v, int, int) {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int) {
         for (int j = 0; j < N; j++) sum += v[j];
     }
 };
@@ -145,7 +152,7 @@ template <class D> struct SquaredDeviations {
     float mu;
     int cols;
     float sq;
-    MC_METHOD void operator()(const float* v, int, int s) {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int s) {
         for (int j = 0; j < N; j++) sq += s + j < cols ? (v[j] - mu) * (v[j] - mu) : 0.f;
     }
 };
@@ -153,11 +160,11 @@ template <class D> struct SquaredDeviations {
 template <class D> struct LayerWrite {
     enum { N = Vec<D>::N };
     float mu, inv;
-    const typename D::T *w, *b;
-    typename D::T* y;
+    MC_GLOBAL const typename D::T *w, *b;
+    MC_GLOBAL typename D::T* y;
     int cols;
     bool wvec, bvec, yvec;
-    MC_METHOD void operator()(const float* v, int, int s) const {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int s) const {
         float o[N], wv[N], bv[N];
         if (w) mc_fetch<D>(w, cols, wvec, s, wv);
         if (b) mc_fetch<D>(b, cols, bvec, s, bv);
@@ -173,13 +180,13 @@ template <class D, bool ahead> struct LayerNormRows {
     enum { N = Vec<D>::N };
     MC_IDS;
     MC_GROUP float* red;
-    Row<D, MC_CACHE>& x;
-    const T* xb;
+    MC_THREAD Row<D, MC_CACHE>& x;
+    MC_GLOBAL const T* xb;
     mc_i64 xs;
-    const T *w, *b;
-    T* y;
+    MC_GLOBAL const T *w, *b;
+    MC_GLOBAL T* y;
     mc_i64 ys;
-    float *mean, *rstd;
+    MC_GLOBAL float *mean, *rstd;
     int rows, cols;
     float eps;
     MC_METHOD void operator()(mc_i64 r) {
@@ -190,8 +197,15 @@ template <class D, bool ahead> struct LayerNormRows {
         SquaredDeviations<D> dev = {mc_block_sum(id, sum.sum, red) / cols, cols, 0.f};
         x.each(id, dev);
         float inv = rsqrtf(mc_block_sum(id, dev.sq, red) / cols + eps);
-        T* yr = y + r * ys;
-        LayerWrite<D> out = {dev.mu, inv, w, b, yr, cols, w && mc_aligned(w, cols, N), b && mc_aligned(b, cols, N),
+        MC_GLOBAL T* yr = y + r * ys;
+        LayerWrite<D> out = {dev.mu,
+                             inv,
+                             w,
+                             b,
+                             yr,
+                             cols,
+                             w && mc_aligned(w, cols, N),
+                             b && mc_aligned(b, cols, N),
                              mc_aligned(yr, cols, N)};
         x.each(id, out);
         if (MC_TID == 0) {
@@ -201,27 +215,41 @@ template <class D, bool ahead> struct LayerNormRows {
     }
 };
 template <class D, bool ahead>
-MC_DEVICE void layernorm_rows(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w, const void* b,
-                              void* y, mc_i64 ys, float* mean, float* rstd, int rows, int cols, float eps) {
+MC_DEVICE void layernorm_rows(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w,
+                              MC_GLOBAL const void* b, MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* mean,
+                              MC_GLOBAL float* rstd, int rows, int cols, float eps) {
     typedef typename D::T T;
     Row<D, MC_CACHE> row;
-    LayerNormRows<D, ahead> f = {id,   red, row,  (const T*)x, xs,   (const T*)w, (const T*)b, (T*)y, ys,
-                                 mean, rstd, rows, cols,        eps};
+    LayerNormRows<D, ahead> f = {id,
+                                 red,
+                                 row,
+                                 (MC_GLOBAL const T*)x,
+                                 xs,
+                                 (MC_GLOBAL const T*)w,
+                                 (MC_GLOBAL const T*)b,
+                                 (MC_GLOBAL T*)y,
+                                 ys,
+                                 mean,
+                                 rstd,
+                                 rows,
+                                 cols,
+                                 eps};
     mc_for_rows<ahead>(id, rows, f);
 }
-#define MC_LAYERNORM_FWD_PARAMS                                                                                     \
-    (const void* x, mc_i64 xs, const void* w, const void* b, void* y, mc_i64 ys, float* mean, float* rstd, int rows, \
-     int cols, float eps)
+#define MC_LAYERNORM_FWD_PARAMS                                                                               \
+    (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w, MC_GLOBAL const void* b, MC_GLOBAL void* y, \
+     mc_i64 ys, MC_GLOBAL float* mean, MC_GLOBAL float* rstd, int rows, int cols, float eps)
 #define MC_LAYERNORM_FWD_ARGS (x, xs, w, b, y, ys, mean, rstd, rows, cols, eps)
 template <class D>
-MC_DEVICE void layernorm_fwd(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w, const void* b,
-                             void* y, mc_i64 ys, float* mean, float* rstd, int rows, int cols, float eps) {
+MC_DEVICE void layernorm_fwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w,
+                             MC_GLOBAL const void* b, MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* mean,
+                             MC_GLOBAL float* rstd, int rows, int cols, float eps) {
     layernorm_rows<D, false>(id, red, x, xs, w, b, y, ys, mean, rstd, rows, cols, eps);
 }
 template <class D>
-MC_DEVICE void layernorm_fwd_ahead(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, const void* w,
-                                   const void* b, void* y, mc_i64 ys, float* mean, float* rstd, int rows, int cols,
-                                   float eps) {
+MC_DEVICE void layernorm_fwd_ahead(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs,
+                                   MC_GLOBAL const void* w, MC_GLOBAL const void* b, MC_GLOBAL void* y, mc_i64 ys,
+                                   MC_GLOBAL float* mean, MC_GLOBAL float* rstd, int rows, int cols, float eps) {
     layernorm_rows<D, true>(id, red, x, xs, w, b, y, ys, mean, rstd, rows, cols, eps);
 }
 MC_INSTANTIATE_GROUP(layernorm_fwd, MC_NORM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
@@ -240,7 +268,8 @@ MC_INSTANTIATE_GROUP(layernorm_fwd_ahead, MC_NORM_SCRATCH, , MC_LAYERNORM_FWD_PA
 // w's cached piece k (starting at s): from registers (wc, with `ahead`), or
 // fetched into buf
 template <class D, bool ahead>
-MC_DEVICE const float* norm_w_piece(const float* wc, const typename D::T* w, int cols, bool wvec, int s, float* buf) {
+MC_DEVICE MC_THREAD const float* norm_w_piece(MC_THREAD const float* wc, MC_GLOBAL const typename D::T* w, int cols,
+                                              bool wvec, int s, MC_THREAD float* buf) {
     if (ahead) return wc;
     if (w) mc_fetch<D>(w, cols, wvec, s, buf);
     return buf;
@@ -248,24 +277,25 @@ MC_DEVICE const float* norm_w_piece(const float* wc, const typename D::T* w, int
 // starts loading the cached pieces of row r's dy and x (raw) when `ahead`
 // and the row is the block's; returns whether it did
 template <class D, bool ahead, int C>
-MC_DEVICE bool norm_prefetch(MC_IDS, uint4 (&nd)[C], uint4 (&nx)[C], const typename D::T* dy,
-                             const typename D::T* x, int cols, int n, bool mine) {
+MC_DEVICE bool norm_prefetch(MC_IDS, MC_THREAD uint4 (&nd)[C], MC_THREAD uint4 (&nx)[C],
+                             MC_GLOBAL const typename D::T* dy, MC_GLOBAL const typename D::T* x, int cols, int n,
+                             bool mine) {
     enum { N = Vec<D>::N };
     bool vec = ahead && mine && mc_aligned(dy, cols, N) && mc_aligned(x, cols, N);
 #pragma unroll
     for (int k = 0; k < C; k++) {
         int s = mc_piece_start(id, k, N);
         if (vec && k < n && s < cols) {
-            nd[k] = *(const uint4*)(dy + s);
-            nx[k] = *(const uint4*)(x + s);
+            nd[k] = *(MC_GLOBAL const uint4*)(dy + s);
+            nx[k] = *(MC_GLOBAL const uint4*)(x + s);
         }
     }
     return vec;
 }
 // pass 1: sum(g) and sum(g * xhat) (RMSNorm: sum(g * x)); wv unused without w
 template <int N, bool layer>
-MC_DEVICE void norm_sums(const float* d, const float* xv, const float* wv, bool w, float mu, float inv, float& sg,
-                         float& sgx) {
+MC_DEVICE void norm_sums(MC_THREAD const float* d, MC_THREAD const float* xv, MC_THREAD const float* wv, bool w,
+                         float mu, float inv, MC_THREAD float& sg, MC_THREAD float& sgx) {
     for (int j = 0; j < N; j++) {
         float g = d[j] * (w ? wv[j] : 1.f);
         sg += g;
@@ -278,8 +308,9 @@ struct NormGradTerms {
 };
 // pass 2: dx, and the weight/bias terms added to aw/ab
 template <class D, bool layer>
-MC_DEVICE void norm_grads(const float* d, const float* xv, const float* wv, bool w, NormGradTerms t,
-                          typename D::T* dx, int cols, bool dxvec, int s, float* aw, float* ab) {
+MC_DEVICE void norm_grads(MC_THREAD const float* d, MC_THREAD const float* xv, MC_THREAD const float* wv, bool w,
+                          NormGradTerms t, MC_GLOBAL typename D::T* dx, int cols, bool dxvec, int s,
+                          MC_THREAD float* aw, MC_THREAD float* ab) {
     enum { N = Vec<D>::N };
     float o[N];
     for (int j = 0; j < N; j++) {
@@ -292,18 +323,18 @@ MC_DEVICE void norm_grads(const float* d, const float* xv, const float* wv, bool
 }
 
 template <class D, bool layer, bool ahead>
-MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys, const void* x_, mc_i64 xs,
-                        const void* w_, const float* mean, const float* rstd, void* dx_, mc_i64 dxs, float* partial,
-                        int rows, int cols) {
+MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy_, mc_i64 dys, MC_GLOBAL const void* x_,
+                        mc_i64 xs, MC_GLOBAL const void* w_, MC_GLOBAL const float* mean, MC_GLOBAL const float* rstd,
+                        MC_GLOBAL void* dx_, mc_i64 dxs, MC_GLOBAL float* partial, int rows, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N, C = 16 / N };
     int nb = (int)MC_NBLOCKS;
     int r0 = (int)(MC_BLOCK * rows / nb), r1 = (int)((MC_BLOCK + 1) * rows / nb);
-    const T* w = (const T*)w_;
-    const T* dyb = (const T*)dy_;
-    const T* xb = (const T*)x_;
+    MC_GLOBAL const T* w = (MC_GLOBAL const T*)w_;
+    MC_GLOBAL const T* dyb = (MC_GLOBAL const T*)dy_;
+    MC_GLOBAL const T* xb = (MC_GLOBAL const T*)x_;
     bool wvec = w && mc_aligned(w, cols, N);
-    float* part = partial ? partial + MC_BLOCK * (layer ? 2 : 1) * cols : 0;
+    MC_GLOBAL float* part = partial ? partial + MC_BLOCK * (layer ? 2 : 1) * cols : 0;
     float accw[C][N], accb[C][N];
 #pragma unroll
     for (int k = 0; k < C; k++)
@@ -330,9 +361,9 @@ MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys
                     if (layer) part[cols + s + j] = 0.f;
                 }
     for (int r = r0; r < r1; r++) {
-        const T* dy = dyb + (mc_i64)r * dys;
-        const T* x = xb + (mc_i64)r * xs;
-        T* dx = (T*)dx_ + (mc_i64)r * dxs;
+        MC_GLOBAL const T* dy = dyb + (mc_i64)r * dys;
+        MC_GLOBAL const T* x = xb + (mc_i64)r * xs;
+        MC_GLOBAL T* dx = (MC_GLOBAL T*)dx_ + (mc_i64)r * dxs;
         bool dyvec = mc_aligned(dy, cols, N), xvec = mc_aligned(x, cols, N), dxvec = mc_aligned(dx, cols, N);
         float mu = layer ? mean[r] : 0.f, inv = rstd[r];
         float sg = 0.f, sgx = 0.f;
@@ -356,7 +387,7 @@ MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys
             if (k < n) {
                 float buf[N];
                 int s = mc_piece_start(id, k, N);
-                const float* wv = norm_w_piece<D, ahead>(wc[ahead ? k : 0], w, cols, wvec, s, buf);
+                MC_THREAD const float* wv = norm_w_piece<D, ahead>(wc[ahead ? k : 0], w, cols, wvec, s, buf);
                 norm_sums<N, layer>(dc[k], xc[k], wv, w, mu, inv, sg, sgx);
             }
         for (int k = C; k < n; k++) {
@@ -375,7 +406,7 @@ MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys
             int s = mc_piece_start(id, k, N);
             if (k < n) {
                 float buf[N];
-                const float* wv = norm_w_piece<D, ahead>(wc[ahead ? k : 0], w, cols, wvec, s, buf);
+                MC_THREAD const float* wv = norm_w_piece<D, ahead>(wc[ahead ? k : 0], w, cols, wvec, s, buf);
                 norm_grads<D, layer>(dc[k], xc[k], wv, w, t, dx, cols, dxvec, s, accw[k], accb[k]);
             }
         }
@@ -406,16 +437,17 @@ MC_DEVICE void norm_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys
 }
 
 // The backward kernels, without and with the next row fetched ahead.
-#define MC_NORM_BWD_PARAMS                                                                                         \
-    (const void* dy, mc_i64 dys, const void* x, mc_i64 xs, const void* w, const float* mean, const float* rstd,     \
-     void* dx, mc_i64 dxs, float* partial, int rows, int cols)
+#define MC_NORM_BWD_PARAMS                                                                              \
+    (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w, \
+     MC_GLOBAL const float* mean, MC_GLOBAL const float* rstd, MC_GLOBAL void* dx, mc_i64 dxs,          \
+     MC_GLOBAL float* partial, int rows, int cols)
 #define MC_NORM_BWD_ARGS (dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols)
-#define MC_NORM_BWD(NAME, LAYER, AHEAD)                                                                            \
-    template <class D>                                                                                           \
-    MC_DEVICE void NAME(MC_IDS, MC_GROUP float* red, const void* dy, mc_i64 dys, const void* x, mc_i64 xs,        \
-                        const void* w, const float* mean, const float* rstd, void* dx, mc_i64 dxs, float* partial, \
-                        int rows, int cols) {                                                                    \
-        norm_bwd<D, LAYER, AHEAD>(id, red, dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);          \
+#define MC_NORM_BWD(NAME, LAYER, AHEAD)                                                                               \
+    template <class D>                                                                                                \
+    MC_DEVICE void NAME(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* x,   \
+                        mc_i64 xs, MC_GLOBAL const void* w, MC_GLOBAL const float* mean, MC_GLOBAL const float* rstd, \
+                        MC_GLOBAL void* dx, mc_i64 dxs, MC_GLOBAL float* partial, int rows, int cols) {               \
+        norm_bwd<D, LAYER, AHEAD>(id, red, dy, dys, x, xs, w, mean, rstd, dx, dxs, partial, rows, cols);              \
     }
 MC_NORM_BWD(rmsnorm_bwd, false, false)
 MC_NORM_BWD(rmsnorm_bwd_ahead, false, true)
@@ -436,8 +468,8 @@ MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_NORM_BWD_SCRATCH, , MC_NORM_BWD_PAR
 // the groups' sums add in group order, so the result does not depend on
 // timing (deterministic). part: 8 rows of 33 floats.
 template <class D>
-MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, const float* partial, int blocks, mc_i64 stride, int cols,
-                          void* out) {
+MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, MC_GLOBAL const float* partial, int blocks, mc_i64 stride,
+                          int cols, MC_GLOBAL void* out) {
     int lane = MC_TID & 31, group = MC_TID >> 5;
     int c = (int)(MC_BLOCK * 32 + lane);
     float s = 0.f;
@@ -447,8 +479,9 @@ MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, const float* partial, in
     MC_BARRIER();
     if (group == 0 && c < cols) {
         for (int g = 1; g < 8; g++) s += part[g * 33 + lane];
-        D::store((typename D::T*)out + c, s);
+        D::store((MC_GLOBAL typename D::T*)out + c, s);
     }
 }
-MC_INSTANTIATE_GROUP(column_sum, 8 * 33, , (const float* partial, int blocks, mc_i64 stride, int cols, void* out),
+MC_INSTANTIATE_GROUP(column_sum, 8 * 33, ,
+                     (MC_GLOBAL const float* partial, int blocks, mc_i64 stride, int cols, MC_GLOBAL void* out),
                      (partial, blocks, stride, cols, out))

@@ -41,7 +41,7 @@ struct Reflector {
 // per remaining lane bit). Recursion by template keeps every index constant,
 // so p stays in registers.
 template <int S> struct QrWarpHalves {
-    template <class V> MC_METHOD static void run(V* p, int lane) {
+    template <class V> MC_METHOD static void run(MC_THREAD V* p, int lane) {
         bool upper = lane & S;
 #pragma unroll
         for (int t = 0; t < S; t++) {
@@ -52,9 +52,9 @@ template <int S> struct QrWarpHalves {
     }
 };
 template <> struct QrWarpHalves<0> {
-    template <class V> MC_METHOD static void run(V*, int) {}
+    template <class V> MC_METHOD static void run(MC_THREAD V*, int) {}
 };
-template <int S, class V> MC_DEVICE void qr_warp_sums(V* p, int lane) {
+template <int S, class V> MC_DEVICE void qr_warp_sums(MC_THREAD V* p, int lane) {
     QrWarpHalves<S>::run(p, lane);
 #pragma unroll
     for (int s = 2 * S; s < 32; s <<= 1) p[0] += mc_shfl_xor(p[0], s);
@@ -71,7 +71,7 @@ template <int S, class V> MC_DEVICE void qr_warp_sums(V* p, int lane) {
 // thread). Global reads and writes go a row at a time: consecutive threads,
 // consecutive columns.
 template <int R>
-MC_DEVICE void qr_col_reflect(float (&x)[R], const float4* v, int j, int m, float t) {
+MC_DEVICE void qr_col_reflect(MC_THREAD float (&x)[R], MC_GROUP const float4* v, int j, int m, float t) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int p = 0; p < R / 4; p++)
@@ -92,7 +92,7 @@ MC_DEVICE void qr_col_reflect(float (&x)[R], const float4* v, int j, int m, floa
 // d0, d1 the reflectors' dot products with x and g = v_j . v_j+1,
 // x -= a1 v_j+1 + a0 v_j, a1 = t1 d1, a0 = t0 (d0 - g a1).
 template <int R>
-MC_DEVICE void qr_col_reflect2(float (&x)[R], const float4* v, int j, int m, float t0, float t1) {
+MC_DEVICE void qr_col_reflect2(MC_THREAD float (&x)[R], MC_GROUP const float4* v, int j, int m, float t0, float t1) {
     float d0 = 0.f, d1 = 0.f, g = 0.f;
 #pragma unroll
     for (int p = 0; p < R / 4; p++)
@@ -115,17 +115,18 @@ MC_DEVICE void qr_col_reflect2(float (&x)[R], const float4* v, int j, int m, flo
 // V, the block's dynamic shared memory: reflector j is R floats from
 // V + j * R / 4, then the taus and r's diagonal.
 template <class D, int R>
-MC_DEVICE void qr_cols(MC_IDS, MC_GROUP float4* V, const void* a_, void* q_, void* r_, int m, int n, int qc, int rr) {
+MC_DEVICE void qr_cols(MC_IDS, MC_GROUP float4* V, MC_GLOBAL const void* a_, MC_GLOBAL void* q_, MC_GLOBAL void* r_,
+                       int m, int n, int qc, int rr) {
     typedef typename D::T T;
     int k = min(m, n), c = MC_TID, warp = c >> 5, lane = c & 31;
-    float *tau = (float*)(V + k * (R / 4)), *diag = tau + k;  // diag: r's diagonal
+    MC_GROUP float *tau = (MC_GROUP float*)(V + k * (R / 4)), *diag = tau + k;  // diag: r's diagonal
     mc_i64 b = MC_BLOCK;
-    const T* a = (const T*)a_ + b * m * n;
+    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * m * n;
     float x[R];
 #pragma unroll
     for (int i = 0; i < R; i++) x[i] = c < n && i < m ? D::load(a + i * n + c) : 0.f;
     for (int j = 0; j < k; j++) {
-        float4* vj = V + j * (R / 4);
+        MC_GROUP float4* vj = V + j * (R / 4);
         if (warp == j >> 5) {
             // The owner leaves its column in reflector j's place; its warp
             // builds the reflector there, a lane taking rows lane + 32 e.
@@ -134,7 +135,7 @@ MC_DEVICE void qr_cols(MC_IDS, MC_GROUP float4* V, const void* a_, void* q_, voi
                 for (int p = 0; p < R / 4; p++)
                     if (4 * p + 3 >= j) vj[p] = make_float4(x[4 * p], x[4 * p + 1], x[4 * p + 2], x[4 * p + 3]);
             MC_WARP_BARRIER();
-            float* col = (float*)vj;
+            MC_GROUP float* col = (MC_GROUP float*)vj;
             float e[R / 32], alpha = 0.f, ss = 0.f;
 #pragma unroll
             for (int r = 0; r < R / 32; r++) {
@@ -173,36 +174,36 @@ MC_DEVICE void qr_cols(MC_IDS, MC_GROUP float4* V, const void* a_, void* q_, voi
         float t = tau[j];
         if (t != 0.f && c > j && c < n) qr_col_reflect(x, vj, j, m, t);
     }
-    T* rout = (T*)r_ + b * rr * n;
+    MC_GLOBAL T* rout = (MC_GLOBAL T*)r_ + b * rr * n;
     if (c < n)
 #pragma unroll
         for (int i = 0; i < R; i++)
             if (i < rr) D::store(rout + i * n + c, i > c || i >= k ? 0.f : i == c ? diag[c] : x[i]);
     if (!q_) return;
-    // q = H_0 ... H_k-1 applied to the identity's first qc columns, last
-    // reflector first; H_j changes only columns from j.
+        // q = H_0 ... H_k-1 applied to the identity's first qc columns, last
+        // reflector first; H_j changes only columns from j.
 #pragma unroll
     for (int i = 0; i < R; i++) x[i] = i == c ? 1.f : 0.f;
     int j = k - 1;
     for (; j >= 1; j -= 2)
         if (c >= j - 1 && c < qc) qr_col_reflect2(x, V + (j - 1) * (R / 4), j - 1, m, tau[j - 1], tau[j]);
     if (j == 0 && c < qc) qr_col_reflect(x, V, 0, m, tau[0]);
-    T* q = (T*)q_ + b * m * qc;
+    MC_GLOBAL T* q = (MC_GLOBAL T*)q_ + b * m * qc;
     if (c < qc)
 #pragma unroll
         for (int i = 0; i < R; i++)
             if (i < m) D::store(q + i * qc + c, x[i]);
 }
-#define MC_QR_COLS(R)                                                                                        \
-    template <class D>                                                                                         \
-    MC_DEVICE void qr_cols##R(MC_IDS, MC_GROUP float4* V, const void* a, void* q, void* r, int m, int n, int qc, \
-                              int rr) {                                                                        \
-        qr_cols<D, R>(id, V, a, q, r, m, n, qc, rr);                                                           \
+#define MC_QR_COLS(R)                                                                                 \
+    template <class D>                                                                                \
+    MC_DEVICE void qr_cols##R(MC_IDS, MC_GROUP float4* V, MC_GLOBAL const void* a, MC_GLOBAL void* q, \
+                              MC_GLOBAL void* r, int m, int n, int qc, int rr) {                      \
+        qr_cols<D, R>(id, V, a, q, r, m, n, qc, rr);                                                  \
     }
 MC_QR_COLS(32)
 MC_QR_COLS(64)
 MC_QR_COLS(128)
-#define MC_QR_COLS_PARAMS (const void* a, void* q, void* r, int m, int n, int qc, int rr)
+#define MC_QR_COLS_PARAMS (MC_GLOBAL const void* a, MC_GLOBAL void* q, MC_GLOBAL void* r, int m, int n, int qc, int rr)
 #define MC_QR_COLS_ARGS (a, q, r, m, n, qc, rr)
 MC_INSTANTIATE_DYNAMIC(qr_cols32, float4, , MC_QR_COLS_PARAMS, MC_QR_COLS_ARGS)
 MC_INSTANTIATE_DYNAMIC(qr_cols64, float4, , MC_QR_COLS_PARAMS, MC_QR_COLS_ARGS)
@@ -215,9 +216,9 @@ MC_INSTANTIATE_DYNAMIC(qr_cols128, float4, MC_BOUNDS(128, 3), MC_QR_COLS_PARAMS,
 // qr_load: w = a (column-major per matrix), qw = the m x qc identity when
 // given, and the panel groups' barrier counters zeroed.
 template <class D>
-MC_DEVICE void qr_load(MC_IDS, const void* a_, float* w, float* qw, unsigned* counters, int batch, int m, int n,
-                       int qc) {
-    const typename D::T* a = (const typename D::T*)a_;
+MC_DEVICE void qr_load(MC_IDS, MC_GLOBAL const void* a_, MC_GLOBAL float* w, MC_GLOBAL float* qw,
+                       MC_GLOBAL unsigned* counters, int batch, int m, int n, int qc) {
+    MC_GLOBAL const typename D::T* a = (MC_GLOBAL const typename D::T*)a_;
     mc_i64 mn = (mc_i64)m * n, stride = MC_NBLOCKS * MC_NTHREADS;
     for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch; e += stride) counters[e] = 0;
     for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * mn; e += stride) {
@@ -232,31 +233,35 @@ MC_DEVICE void qr_load(MC_IDS, const void* a_, float* w, float* qw, unsigned* co
         qw[e] = i == c ? 1.f : 0.f;
     }
 }
-MC_INSTANTIATE(qr_load, (const void* a, float* w, float* qw, unsigned* counters, int batch, int m, int n, int qc),
+MC_INSTANTIATE(qr_load,
+               (MC_GLOBAL const void* a, MC_GLOBAL float* w, MC_GLOBAL float* qw, MC_GLOBAL unsigned* counters,
+                int batch, int m, int n, int qc),
                (a, w, qw, counters, batch, m, n, qc))
 
 // qr_store: r (upper triangle of w, zeros below) and q from qw, row-major in
 // the dtype.
 template <class D>
-MC_DEVICE void qr_store(MC_IDS, const float* w, const float* qw, void* q_, void* r_, int batch, int m, int n, int qc,
-                         int rr) {
+MC_DEVICE void qr_store(MC_IDS, MC_GLOBAL const float* w, MC_GLOBAL const float* qw, MC_GLOBAL void* q_,
+                        MC_GLOBAL void* r_, int batch, int m, int n, int qc, int rr) {
     typedef typename D::T T;
     int k = min(m, n);
     mc_i64 stride = MC_NBLOCKS * MC_NTHREADS, rn = (mc_i64)rr * n, mn = (mc_i64)m * n;
     for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * rn; e += stride) {
         mc_i64 b = e / rn;
         int i = (int)(e % rn / n), j = (int)(e % n);
-        D::store((T*)r_ + e, i <= j && i < k ? w[b * mn + (mc_i64)j * m + i] : 0.f);
+        D::store((MC_GLOBAL T*)r_ + e, i <= j && i < k ? w[b * mn + (mc_i64)j * m + i] : 0.f);
     }
     if (!q_) return;
     mc_i64 mq = (mc_i64)m * qc;
     for (mc_i64 e = MC_BLOCK * MC_NTHREADS + MC_TID; e < batch * mq; e += stride) {
         mc_i64 b = e / mq;
         int i = (int)(e % mq / qc), c = (int)(e % qc);
-        D::store((T*)q_ + e, qw[b * mq + (mc_i64)c * m + i]);
+        D::store((MC_GLOBAL T*)q_ + e, qw[b * mq + (mc_i64)c * m + i]);
     }
 }
-MC_INSTANTIATE(qr_store, (const float* w, const float* qw, void* q, void* r, int batch, int m, int n, int qc, int rr),
+MC_INSTANTIATE(qr_store,
+               (MC_GLOBAL const float* w, MC_GLOBAL const float* qw, MC_GLOBAL void* q, MC_GLOBAL void* r, int batch,
+                int m, int n, int qc, int rr),
                (w, qw, q, r, batch, m, n, qc, rr))
 
 // qr_panel factors columns k0 .. k0+jb-1 (rows k0 ..) of every matrix of w,
@@ -283,7 +288,7 @@ MC_INSTANTIATE(qr_store, (const float* w, const float* qw, void* q, void* r, int
 
 // a[j] for j known only at run time, without indexing the register array
 // by it (which would move the array to local memory).
-MC_DEVICE float qr_pick(const float (&a)[QR_NB], int j) {
+MC_DEVICE float qr_pick(MC_THREAD const float (&a)[QR_NB], int j) {
     float v = 0.f;
 #pragma unroll
     for (int d = 0; d < QR_NB; d++)
@@ -293,18 +298,19 @@ MC_DEVICE float qr_pick(const float (&a)[QR_NB], int j) {
 
 // The panel's entries of a row: held in registers (REG), or in w.
 struct QrRegRow {
-    const float (&a)[QR_NB];
+    MC_THREAD const float (&a)[QR_NB];
     MC_METHOD float operator()(int d) const { return a[d]; }
 };
 struct QrMemRow {
-    const float* A;  // the panel's first column, rows from 0
+    MC_GLOBAL const float* A;  // the panel's first column, rows from 0
     mc_i64 m;
     int i;
     MC_METHOD float operator()(int d) const { return A[d * m + i]; }
 };
 // adds row i's terms to column j's sums: (x_i 2^QR_UNIT)^2 to ss, and
 // x_i A[i][d] to p[d] for the panel's other columns
-template <class E> MC_DEVICE void qr_row_sums(float xi, E entry, int j, int jb, float& ss, float (&p)[32]) {
+template <class E>
+MC_DEVICE void qr_row_sums(float xi, E entry, int j, int jb, MC_THREAD float& ss, MC_THREAD float (&p)[32]) {
     float xs = xi * QR_UNIT_SCALE;
     ss += xs * xs;
 #pragma unroll
@@ -321,15 +327,16 @@ struct QrPanelShared {
 };
 
 template <bool REG>
-MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float* Tp, float* part, unsigned* counters,
-                             unsigned base, int m, int n, int k0, int jb, int npanels, int groups) {
+MC_DEVICE void qr_panel_factor(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL float* w, MC_GLOBAL float* Tp,
+                               MC_GLOBAL float* part, MC_GLOBAL unsigned* counters, unsigned base, int m, int n, int k0,
+                               int jb, int npanels, int groups) {
     int tid = MC_TID, nt = MC_NTHREADS, warp = tid >> 5, lane = tid & 31, nw = nt >> 5;
     mc_i64 b = MC_BLOCK / groups;
     int g = (int)(MC_BLOCK % groups);
     int per = (m - k0 + groups - 1) / groups, lo = k0 + g * per, hi = min(m, lo + per);
-    float* A = w + b * m * n;
-    float* P = A + (mc_i64)k0 * m;  // the panel: entry (i, d) at P[d * m + i]
-    float* pb = part + b * 2 * groups * QR_SLOT;
+    MC_GLOBAL float* A = w + b * m * n;
+    MC_GLOBAL float* P = A + (mc_i64)k0 * m;  // the panel: entry (i, d) at P[d * m + i]
+    MC_GLOBAL float* pb = part + b * 2 * groups * QR_SLOT;
     float a[QR_NB];  // REG: row lo + tid's entries (zeros past jb or hi)
     int ri = lo + tid;
     bool mine = REG && ri < hi;
@@ -375,7 +382,7 @@ MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float
     // through the exchange.
     for (int j = 0; j < jb; j++) {
         int c = k0 + j;
-        float* x = A + (mc_i64)c * m;
+        MC_GLOBAL float* x = A + (mc_i64)c * m;
         float p[32];
         float ss = 0.f;
 #pragma unroll
@@ -400,7 +407,7 @@ MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float
         ss = mc_warp_sum(ss);
         if (lane == 0) sh.wred[warp] = ss;
         MC_BARRIER();
-        float* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
+        MC_GLOBAL float* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
         for (int v = tid; v < QR_SLOT; v += nt) {
             float t = 0.f;
             int d = v - QR_NB - 2;
@@ -415,7 +422,7 @@ MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float
         else MC_BARRIER();
         // totals over the group, value v by thread v, read past L1 (other
         // blocks wrote them), all loads in flight together
-        const float* all = pb + (j & 1) * groups * QR_SLOT;
+        MC_GLOBAL const float* all = pb + (j & 1) * groups * QR_SLOT;
         for (int v = tid; v < QR_SLOT; v += nt) {
             float t = 0.f;
 #pragma unroll 8
@@ -424,7 +431,7 @@ MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float
         }
         MC_BARRIER();
         // every thread derives the reflector and its products itself
-        const MC_GROUP float* rowc = sh.tot + QR_NB + 2;
+        MC_GROUP const float* rowc = sh.tot + QR_NB + 2;
         Reflector h(rowc[j], sh.tot[0], -QR_UNIT);
         float coef[32];  // d > j: tau (v_j . column d); d < j: v_d . v_j
 #pragma unroll
@@ -478,72 +485,80 @@ MC_DEVICE void qr_panel_impl(MC_IDS, MC_GROUP QrPanelShared& sh, float* w, float
         if (tid == j) sh.gram[j][j] = sh.tau[j];
         MC_BARRIER();
     }
-    float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
+    MC_GLOBAL float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
     for (int e = tid; e < QR_NB * QR_NB; e += nt) {
         int i = e / QR_NB, j = e % QR_NB;
         Tg[e] = i < jb && j < jb && i <= j ? sh.gram[i][j] : 0.f;
     }
 }
-#define MC_QR_PANEL_PARAMS                                                                                       \
-    (float* w, float* Tp, float* part, unsigned* counters, unsigned base, int m, int n, int k0, int jb, int npanels, \
-     int groups)
-MC_ENTRY(qr_panel, MC_QR_PANEL_PARAMS) {
-    MC_IDS_DECLARE;
-    MC_SHARED QrPanelShared sh;
-    qr_panel_impl<false>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
-}
-MC_ENTRY(qr_panel_reg, MC_QR_PANEL_PARAMS) {
-    MC_IDS_DECLARE;
-    MC_SHARED QrPanelShared sh;
-    qr_panel_impl<true>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);
-}
+#define MC_QR_PANEL_PARAMS                                                                                        \
+    (MC_GLOBAL float* w, MC_GLOBAL float* Tp, MC_GLOBAL float* part, MC_GLOBAL unsigned* counters, unsigned base, \
+     int m, int n, int k0, int jb, int npanels, int groups)
+#define MC_QR_PANEL_ARGS (w, Tp, part, counters, base, m, n, k0, jb, npanels, groups)
+#define MC_QR_PANEL(NAME, REG)                                                                                   \
+    MC_DEVICE void NAME##_impl(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL float* w, MC_GLOBAL float* Tp,      \
+                               MC_GLOBAL float* part, MC_GLOBAL unsigned* counters, unsigned base, int m, int n, \
+                               int k0, int jb, int npanels, int groups) {                                        \
+        qr_panel_factor<REG>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);                \
+    }
+MC_QR_PANEL(qr_panel, false)
+MC_QR_PANEL(qr_panel_reg, true)
+MC_ENTRY_GROUP(qr_panel, QrPanelShared, MC_QR_PANEL_PARAMS, MC_QR_PANEL_ARGS)
+MC_ENTRY_GROUP(qr_panel_reg, QrPanelShared, MC_QR_PANEL_PARAMS, MC_QR_PANEL_ARGS)
 
 // Entry i of reflector column c (row c holds its implicit 1; rows above, 0).
-MC_DEVICE float qr_v(const float* A, int m, int c, int i) { return i < c ? 0.f : i == c ? 1.f : A[(mc_i64)c * m + i]; }
+MC_DEVICE float qr_v(MC_GLOBAL const float* A, int m, int c, int i) {
+    return i < c ? 0.f : i == c ? 1.f : A[(mc_i64)c * m + i];
+}
 
 // qr_vtw: the partial products Y_s = V^T C over columns c0 .. c0+nct-1 of C
 // and split s of its rows (row chunks of 32 from k0, every splits-th), for
 // the panel at k0. One block of 256 threads per (matrix, split, 128
 // columns), a thread 4 rows of Y by 4 columns; Y_s goes to Yp, QR_NB rows of
 // ldw floats per (matrix, split).
-MC_ENTRY(qr_vtw, (const float* w, const float* C, float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0,
-                  int nct, int splits, int ldw)) {
-    MC_IDS_DECLARE;
-    MC_SHARED MC_ALIGN(16) float Vs[32][36];  // rows of 36: 16-byte aligned groups of 4
-    MC_SHARED float Cs[32][129];
+struct QrVtwShared {
+    MC_ALIGN(16) float Vs[32][36];  // rows of 36: 16-byte aligned groups of 4
+    float Cs[32][129];
+};
+#define MC_QR_VTW_PARAMS                                                                                            \
+    (MC_GLOBAL const float* w, MC_GLOBAL const float* C, MC_GLOBAL float* Yp, int m, int n, mc_i64 cstride, int k0, \
+     int jb, int c0, int nct, int splits, int ldw)
+MC_DEVICE void qr_vtw_impl(MC_IDS, MC_GROUP QrVtwShared& sh, MC_GLOBAL const float* w, MC_GLOBAL const float* C,
+                           MC_GLOBAL float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0, int nct,
+                           int splits, int ldw) {
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
     int tiles = (nct + 127) / 128;
     mc_i64 bs = MC_BLOCK / tiles;  // matrix * splits + split
     mc_i64 b = bs / splits;
     int split = (int)(bs % splits);
     int ct = c0 + (int)(MC_BLOCK % tiles) * 128, cend = c0 + nct;
-    const float* A = w + b * m * n;
-    const float* Cb = C + b * cstride;
+    MC_GLOBAL const float* A = w + b * m * n;
+    MC_GLOBAL const float* Cb = C + b * cstride;
     float y[4][4] = {};
     for (int r0 = k0 + 32 * split; r0 < m; r0 += 32 * splits) {
         for (int e = tid; e < 1024; e += 256) {
             int j = e >> 5, i = e & 31, row = r0 + i;
-            Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
+            sh.Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
         }
         for (int e = tid; e < 4096; e += 256) {
             int col = e >> 5, i = e & 31, row = r0 + i;
-            Cs[i][col] = row < m && ct + col < cend ? Cb[(mc_i64)(ct + col) * m + row] : 0.f;
+            sh.Cs[i][col] = row < m && ct + col < cend ? Cb[(mc_i64)(ct + col) * m + row] : 0.f;
         }
         MC_BARRIER();
 #pragma unroll 8
         for (int i = 0; i < 32; i++) {
-            float4 v = *(const float4*)&Vs[i][4 * g];
+            float4 v = *(MC_GROUP const float4*)&sh.Vs[i][4 * g];
             float vv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                float c = Cs[i][cc + 32 * q];
+                float c = sh.Cs[i][cc + 32 * q];
 #pragma unroll
                 for (int a = 0; a < 4; a++) y[a][q] += vv[a] * c;
             }
         }
         MC_BARRIER();
     }
-    float* Yb = Yp + bs * QR_NB * ldw;
+    MC_GLOBAL float* Yb = Yp + bs * QR_NB * ldw;
 #pragma unroll
     for (int a = 0; a < 4; a++)
 #pragma unroll
@@ -552,72 +567,84 @@ MC_ENTRY(qr_vtw, (const float* w, const float* C, float* Yp, int m, int n, mc_i6
             if (jj < jb && col < cend) Yb[(mc_i64)jj * ldw + col] = y[a][q];
         }
 }
+MC_ENTRY_GROUP(qr_vtw, QrVtwShared, MC_QR_VTW_PARAMS, (w, C, Yp, m, n, cstride, k0, jb, c0, nct, splits, ldw))
 
 // qr_wsum: W = op(T) (sum over splits of Y_s), op(T) = T^T when trans (the
 // factorization applies H^T; forming q applies H). One block of 256
 // threads per 32 columns.
-MC_ENTRY(qr_wsum, (const float* Yp, const float* Tp, float* W, int k0, int jb, int c0, int nct, int splits,
-                   int npanels, int ldw, int trans)) {
-    MC_IDS_DECLARE;
-    MC_SHARED float T[QR_NB][QR_NB + 1], Y[QR_NB][33];
+struct QrWsumShared {
+    float T[QR_NB][QR_NB + 1], Y[QR_NB][33];
+};
+#define MC_QR_WSUM_PARAMS                                                                                       \
+    (MC_GLOBAL const float* Yp, MC_GLOBAL const float* Tp, MC_GLOBAL float* W, int k0, int jb, int c0, int nct, \
+     int splits, int npanels, int ldw, int trans)
+MC_DEVICE void qr_wsum_impl(MC_IDS, MC_GROUP QrWsumShared& sh, MC_GLOBAL const float* Yp, MC_GLOBAL const float* Tp,
+                            MC_GLOBAL float* W, int k0, int jb, int c0, int nct, int splits, int npanels, int ldw,
+                            int trans) {
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
     int tiles = (nct + 31) / 32;
     mc_i64 b = MC_BLOCK / tiles;
     int c = c0 + (int)(MC_BLOCK % tiles) * 32 + cc;
     bool in = c < c0 + nct;
-    const float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
-    for (int e = tid; e < QR_NB * QR_NB; e += 256) T[e / QR_NB][e % QR_NB] = Tg[e];
+    MC_GLOBAL const float* Tg = Tp + (b * npanels + k0 / QR_NB) * QR_NB * QR_NB;
+    for (int e = tid; e < QR_NB * QR_NB; e += 256) sh.T[e / QR_NB][e % QR_NB] = Tg[e];
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         int p = g + 8 * q;
         float y = 0.f;
         if (in && p < jb)
             for (int s = 0; s < splits; s++) y += Yp[((b * splits + s) * QR_NB + p) * ldw + c];
-        Y[p][cc] = y;
+        sh.Y[p][cc] = y;
     }
     MC_BARRIER();
     if (!in) return;
-    float* Wb = W + b * QR_NB * ldw;
+    MC_GLOBAL float* Wb = W + b * QR_NB * ldw;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         int r = g + 8 * q;
         if (r >= jb) continue;
         float s = 0.f;
-        for (int p = 0; p < jb; p++) s += (trans ? T[p][r] : T[r][p]) * Y[p][cc];
+        for (int p = 0; p < jb; p++) s += (trans ? sh.T[p][r] : sh.T[r][p]) * sh.Y[p][cc];
         Wb[(mc_i64)r * ldw + c] = s;
     }
 }
+MC_ENTRY_GROUP(qr_wsum, QrWsumShared, MC_QR_WSUM_PARAMS, (Yp, Tp, W, k0, jb, c0, nct, splits, npanels, ldw, trans))
 
 // qr_update: C -= V W over rows k0 .. m-1 and columns c0 .. c0+nct-1; one
 // block of 256 threads per 64 x 64 tile, 4 x 4 values a thread.
-MC_ENTRY(qr_update, (const float* w, const float* W, float* C, int m, int n, mc_i64 cstride, int k0, int jb,
-                     int c0, int nct, int ldw)) {
-    MC_IDS_DECLARE;
-    MC_SHARED float Vs[64][33], Ws[32][65];
+struct QrUpdateShared {
+    float Vs[64][33], Ws[32][65];
+};
+#define MC_QR_UPDATE_PARAMS                                                                                        \
+    (MC_GLOBAL const float* w, MC_GLOBAL const float* W, MC_GLOBAL float* C, int m, int n, mc_i64 cstride, int k0, \
+     int jb, int c0, int nct, int ldw)
+MC_DEVICE void qr_update_impl(MC_IDS, MC_GROUP QrUpdateShared& sh, MC_GLOBAL const float* w, MC_GLOBAL const float* W,
+                              MC_GLOBAL float* C, int m, int n, mc_i64 cstride, int k0, int jb, int c0, int nct,
+                              int ldw) {
     int tid = MC_TID, ri = tid & 15, ci = tid >> 4;
     int rtiles = (m - k0 + 63) / 64, ctiles = (nct + 63) / 64;
     mc_i64 b = MC_BLOCK / (rtiles * ctiles);
     int t = (int)(MC_BLOCK % (rtiles * ctiles));
     int r0 = k0 + t / ctiles * 64, cb = c0 + t % ctiles * 64, cend = c0 + nct;
-    const float* A = w + b * m * n;
-    const float* Wb = W + b * QR_NB * ldw;
+    MC_GLOBAL const float* A = w + b * m * n;
+    MC_GLOBAL const float* Wb = W + b * QR_NB * ldw;
     for (int e = tid; e < 64 * 32; e += 256) {
         int j = e >> 6, i = e & 63, row = r0 + i;
-        Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
-        Ws[j][i] = j < jb && cb + i < cend ? Wb[(mc_i64)j * ldw + cb + i] : 0.f;
+        sh.Vs[i][j] = row < m && j < jb ? qr_v(A, m, k0 + j, row) : 0.f;
+        sh.Ws[j][i] = j < jb && cb + i < cend ? Wb[(mc_i64)j * ldw + cb + i] : 0.f;
     }
     MC_BARRIER();
     float acc[4][4] = {};
     for (int j = 0; j < jb; j++) {
         float v[4], x[4];
 #pragma unroll
-        for (int a = 0; a < 4; a++) v[a] = Vs[ri + 16 * a][j], x[a] = Ws[j][ci + 16 * a];
+        for (int a = 0; a < 4; a++) v[a] = sh.Vs[ri + 16 * a][j], x[a] = sh.Ws[j][ci + 16 * a];
 #pragma unroll
         for (int a = 0; a < 4; a++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][c] += v[a] * x[c];
     }
-    float* Cb = C + b * cstride;
+    MC_GLOBAL float* Cb = C + b * cstride;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         int col = cb + ci + 16 * c;
@@ -629,3 +656,4 @@ MC_ENTRY(qr_update, (const float* w, const float* W, float* C, int m, int n, mc_
         }
     }
 }
+MC_ENTRY_GROUP(qr_update, QrUpdateShared, MC_QR_UPDATE_PARAMS, (w, W, C, m, n, cstride, k0, jb, c0, nct, ldw))

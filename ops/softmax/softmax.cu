@@ -6,7 +6,8 @@
 // stores the n values of a piece at element s of q, of element type DO
 // (DO may be wider than the input's: float32 output of 16-bit rows), whole
 // vectors of DO when vec
-template <class DO, int n> MC_DEVICE void softmax_store(typename DO::T* q, int cols, bool vec, int s, const float* val) {
+template <class DO, int n>
+MC_DEVICE void softmax_store(MC_GLOBAL typename DO::T* q, int cols, bool vec, int s, MC_THREAD const float* val) {
     enum { M = Vec<DO>::N };
     if (vec) {
         if (s < cols)
@@ -22,7 +23,7 @@ template <class D> struct RowMax {
     enum { N = Vec<D>::N };
     int cols;
     float m;
-    MC_METHOD void operator()(const float* v, int, int s) {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int s) {
         for (int j = 0; j < N; j++)
             if (s + j < cols) m = fmaxf(m, v[j]);
     }
@@ -32,7 +33,7 @@ template <class D> struct Exponentials {
     enum { N = Vec<D>::N };
     int cols;
     float m, sum;
-    MC_METHOD void operator()(float* v, int, int s) {
+    MC_METHOD void operator()(MC_THREAD float* v, int, int s) {
         for (int j = 0; j < N; j++) {
             v[j] = s + j < cols ? expf(v[j] - m) : 0.f;
             sum += v[j];
@@ -43,10 +44,10 @@ template <class D> struct Exponentials {
 template <class D, class DO> struct SoftmaxWrite {
     enum { N = Vec<D>::N };
     float m, inv;
-    typename DO::T* y;
+    MC_GLOBAL typename DO::T* y;
     int cols;
     bool yvec;
-    MC_METHOD void operator()(const float* v, int k, int s) const {
+    MC_METHOD void operator()(MC_THREAD const float* v, int k, int s) const {
         float o[N];
         for (int j = 0; j < N; j++) o[j] = (k < MC_CACHE ? v[j] : expf(v[j] - m)) * inv;
         softmax_store<DO, N>(y, cols, yvec, s, o);
@@ -58,10 +59,10 @@ template <class D, class DO, bool ahead> struct SoftmaxRows {
     enum { N = Vec<D>::N };
     MC_IDS;
     MC_GROUP float* red;
-    Row<D, MC_CACHE>& x;
-    const T* xb;
+    MC_THREAD Row<D, MC_CACHE>& x;
+    MC_GLOBAL const T* xb;
     mc_i64 xs;
-    typename DO::T* y;
+    MC_GLOBAL typename DO::T* y;
     mc_i64 ys;
     int rows, cols;
     MC_METHOD void operator()(mc_i64 r) {
@@ -71,26 +72,27 @@ template <class D, class DO, bool ahead> struct SoftmaxRows {
         if (ahead) x.fetch_next(id, xb, xs, r, rows);
         Exponentials<D> e = {cols, mc_block_max(id, max.m, red), 0.f};
         x.each(id, e);
-        typename DO::T* yr = y + r * ys;
+        MC_GLOBAL typename DO::T* yr = y + r * ys;
         SoftmaxWrite<D, DO> out = {e.m, 1.f / mc_block_sum(id, e.sum, red), yr, cols, mc_aligned(yr, cols, N)};
         x.each(id, out);
     }
 };
 template <class D, class DO, bool ahead>
-MC_DEVICE void softmax_rows(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows,
-                            int cols) {
+MC_DEVICE void softmax_rows(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL void* y,
+                            mc_i64 ys, int rows, int cols) {
     Row<D, MC_CACHE> row;
-    SoftmaxRows<D, DO, ahead> f = {id, red, row, (const typename D::T*)x, xs, (typename DO::T*)y, ys, rows, cols};
+    SoftmaxRows<D, DO, ahead> f = {id, red,  row, (MC_GLOBAL const typename D::T*)x, xs, (MC_GLOBAL typename DO::T*)y,
+                                   ys, rows, cols};
     mc_for_rows<ahead>(id, rows, f);
 }
-#define MC_SOFTMAX_FWD_PARAMS (const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, int cols)
+#define MC_SOFTMAX_FWD_PARAMS (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL void* y, mc_i64 ys, int rows, int cols)
 #define MC_SOFTMAX_FWD_ARGS (x, xs, y, ys, rows, cols)
 // NAME<D>: softmax_rows<D, OUT, AHEAD>
-#define MC_SOFTMAX_FWD(NAME, OUT, AHEAD)                                                                   \
-    template <class D>                                                                                   \
-    MC_DEVICE void NAME(MC_IDS, MC_GROUP float* red, const void* x, mc_i64 xs, void* y, mc_i64 ys, int rows, \
-                        int cols) {                                                                      \
-        softmax_rows<D, OUT, AHEAD>(id, red, x, xs, y, ys, rows, cols);                                  \
+#define MC_SOFTMAX_FWD(NAME, OUT, AHEAD)                                                                               \
+    template <class D>                                                                                                 \
+    MC_DEVICE void NAME(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL void* y, mc_i64 ys, \
+                        int rows, int cols) {                                                                          \
+        softmax_rows<D, OUT, AHEAD>(id, red, x, xs, y, ys, rows, cols);                                                \
     }
 MC_SOFTMAX_FWD(softmax_fwd, D, false)
 MC_SOFTMAX_FWD(softmax_fwd_ahead, D, true)
@@ -107,11 +109,11 @@ MC_INSTANTIATE_GROUP(softmax_fwd_f32out_ahead, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_
 // dot = sum(dy * y)
 template <class D> struct Dot {
     enum { N = Vec<D>::N };
-    const typename D::T* dy;
+    MC_GLOBAL const typename D::T* dy;
     int cols;
     bool dyvec;
     float dot;
-    MC_METHOD void operator()(const float* v, int, int s) {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int s) {
         float d[N];
         mc_fetch<D>(dy, cols, dyvec, s, d);
         for (int j = 0; j < N; j++) dot += d[j] * v[j];
@@ -120,12 +122,12 @@ template <class D> struct Dot {
 // dx = y * (dy - dot); dx may be dy: each piece is read before it is written
 template <class D> struct SoftmaxGrad {
     enum { N = Vec<D>::N };
-    const typename D::T* dy;
-    typename D::T* dx;
+    MC_GLOBAL const typename D::T* dy;
+    MC_GLOBAL typename D::T* dx;
     int cols;
     bool dyvec, dxvec;
     float dot;
-    MC_METHOD void operator()(const float* v, int, int s) const {
+    MC_METHOD void operator()(MC_THREAD const float* v, int, int s) const {
         float d[N], o[N];
         mc_fetch<D>(dy, cols, dyvec, s, d);
         for (int j = 0; j < N; j++) o[j] = v[j] * (d[j] - dot);
@@ -135,20 +137,21 @@ template <class D> struct SoftmaxGrad {
 
 // dx = y * (dy - sum(dy * y))
 template <class D>
-MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, const void* dy_, mc_i64 dys, const void* y_, mc_i64 ys,
-                           void* dx_, mc_i64 dxs, int cols) {
+MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy_, mc_i64 dys, MC_GLOBAL const void* y_,
+                           mc_i64 ys, MC_GLOBAL void* dx_, mc_i64 dxs, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     mc_i64 r = MC_BLOCK;
     Row<D, MC_CACHE> y;
-    y.init((const T*)y_ + r * ys, cols);
-    const T* dy = (const T*)dy_ + r * dys;
+    y.init((MC_GLOBAL const T*)y_ + r * ys, cols);
+    MC_GLOBAL const T* dy = (MC_GLOBAL const T*)dy_ + r * dys;
     Dot<D> dot = {dy, cols, mc_aligned(dy, cols, N), 0.f};
     y.load(id, dot);
-    T* dx = (T*)dx_ + r * dxs;
+    MC_GLOBAL T* dx = (MC_GLOBAL T*)dx_ + r * dxs;
     SoftmaxGrad<D> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
     y.each(id, grad);
 }
 MC_INSTANTIATE_GROUP(softmax_bwd, MC_SOFTMAX_SCRATCH, ,
-                     (const void* dy, mc_i64 dys, const void* y, mc_i64 ys, void* dx, mc_i64 dxs, int cols),
+                     (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx,
+                      mc_i64 dxs, int cols),
                      (dy, dys, y, ys, dx, dxs, cols))
