@@ -110,7 +110,7 @@ test-generated:
 # the CUDA kernel sources as the library compiles them (the prelude, then
 # every family's), parsed and instantiated by clang's CUDA front end: a
 # check that needs no GPU and no toolkit
-CUDA_SOURCES := backend/cuda/prelude.cuh $(sort $(wildcard ops/*/*.cu))
+CUDA_SOURCES := backend/cuda/prelude.cuh backend/dialect/dialect.h $(sort $(wildcard ops/*/*.cu))
 test-cuda-syntax:
 	@mkdir -p build
 	clang-format-14 --dry-run -Werror $(CUDA_SOURCES)

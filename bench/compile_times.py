@@ -79,7 +79,7 @@ def main():
     v = (ctypes.c_int(), ctypes.c_int())
     nvrtc.nvrtcVersion(ctypes.byref(v[0]), ctypes.byref(v[1]))
     cc = f"{major.value}{minor.value}"
-    prelude = open("backend/cuda/prelude.cuh").read()
+    prelude = open("backend/cuda/prelude.cuh").read() + "\n" + open("backend/dialect/dialect.h").read()
     families = {p.split("/")[1]: open(p).read() for p in sorted(glob.glob("ops/*/*.cu"))}
     programs = {f: prelude + "\n" + s for f, s in families.items()}
     programs["all (one program)"] = prelude + "\n" + "\n".join(families.values())

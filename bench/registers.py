@@ -22,7 +22,7 @@ def nvrtc():
 def main():
     arch = sys.argv[1] if len(sys.argv) > 1 else "sm_90"
     want = sys.argv[2] if len(sys.argv) > 2 else ""
-    src = "\n".join(open(p).read() for p in ["backend/cuda/prelude.cuh"] + sorted(glob.glob("ops/*/*.cu")))
+    src = "\n".join(open(p).read() for p in ["backend/cuda/prelude.cuh", "backend/dialect/dialect.h"] + sorted(glob.glob("ops/*/*.cu")))
     lib = nvrtc()
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"metalcore.cu", 0, None, None):

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 	"metalcore/internal/diskcache"
 )
@@ -18,7 +19,11 @@ import (
 func init() { core.RegisterBackend(core.DeviceCUDA, Available, CheckPointer) }
 
 //go:embed prelude.cuh
-var prelude string
+var cudaPrelude string
+
+// prelude is what every kernel program starts with: the CUDA prelude, then
+// the dialect's shared helpers.
+var prelude = cudaPrelude + "\n" + dialect.Helpers
 
 var (
 	openOnce sync.Once

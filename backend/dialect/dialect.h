@@ -1,0 +1,203 @@
+// The GPU kernels' shared helpers, in the dialect CUDA and MSL both compile
+// (C++14, an address space on every pointer and reference, nothing
+// backend-specific): each backend's prelude defines the names used here
+// (MC_*, mc_shfl_xor, the element types F32, F16, BF16), and a kernel
+// program is that prelude, then this file, then an op family's source.
+
+// 16-byte vectors: VEC elements of D per load.
+template <class D> struct Vec {
+    enum { N = 16 / sizeof(typename D::T) };
+    MC_DEVICE void load(MC_GLOBAL const typename D::T* p, MC_THREAD float* out) {
+        unpack(*(MC_GLOBAL const uint4*)p, out);
+    }
+    // unpack converts a piece already loaded (raw) to float
+    MC_DEVICE void unpack(uint4 raw, MC_THREAD float* out) {
+        MC_THREAD const typename D::T* e = (MC_THREAD const typename D::T*)&raw;
+#pragma unroll
+        for (int j = 0; j < N; j++) out[j] = D::unpack(e[j]);
+    }
+    MC_DEVICE void store(MC_GLOBAL typename D::T* p, MC_THREAD const float* in) {
+        uint4 raw;
+        MC_THREAD typename D::T* e = (MC_THREAD typename D::T*)&raw;
+#pragma unroll
+        for (int j = 0; j < N; j++) e[j] = D::pack(in[j]);
+        *(MC_GLOBAL uint4*)p = raw;
+    }
+};
+
+template <class V> MC_DEVICE V mc_warp_sum(V v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += mc_shfl_xor(v, o);
+    return v;
+}
+MC_DEVICE float mc_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, mc_shfl_xor(v, o));
+    return v;
+}
+
+// Block-wide reductions; every thread gets the result. scratch holds 33
+// floats of shared memory.
+MC_DEVICE float mc_block_sum(MC_IDS, float v, MC_GROUP float* scratch) {
+    v = mc_warp_sum(v);
+    if (MC_NTHREADS == 32) return v;  // one warp: no shared memory, no barriers
+    int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
+    MC_BARRIER();
+    if (lane == 0) scratch[warp] = v;
+    MC_BARRIER();
+    v = lane < nwarps ? scratch[lane] : 0.f;
+    v = mc_warp_sum(v);
+    return v;
+}
+// mc_block_sum2 sums a and b over the block with one pair of barriers;
+// scratch holds 66 floats.
+MC_DEVICE void mc_block_sum2(MC_IDS, MC_THREAD float& a, MC_THREAD float& b, MC_GROUP float* scratch) {
+    a = mc_warp_sum(a);
+    b = mc_warp_sum(b);
+    if (MC_NTHREADS == 32) return;
+    int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
+    MC_BARRIER();
+    if (lane == 0) scratch[warp] = a, scratch[33 + warp] = b;
+    MC_BARRIER();
+    a = mc_warp_sum(lane < nwarps ? scratch[lane] : 0.f);
+    b = mc_warp_sum(lane < nwarps ? scratch[33 + lane] : 0.f);
+}
+MC_DEVICE float mc_block_max(MC_IDS, float v, MC_GROUP float* scratch) {
+    v = mc_warp_max(v);
+    if (MC_NTHREADS == 32) return v;
+    int warp = MC_TID >> 5, lane = MC_TID & 31, nwarps = (MC_NTHREADS + 31) >> 5;
+    MC_BARRIER();
+    if (lane == 0) scratch[warp] = v;
+    MC_BARRIER();
+    v = lane < nwarps ? scratch[lane] : -mc_inf();
+    v = mc_warp_max(v);
+    return v;
+}
+
+// Row kernels read a row in 16-byte pieces: piece k of thread t covers
+// elements [(k*threads + t)*N, +N). A row whose start is 16-byte aligned and
+// whose width is a multiple of N moves whole vectors; any other row goes
+// element by element with the same layout.
+MC_DEVICE bool mc_aligned(MC_GLOBAL const void* q, int cols, int n) { return ((mc_u64)q % 16) == 0 && cols % n == 0; }
+MC_DEVICE int mc_piece_start(MC_IDS, int k, int n) { return (k * MC_NTHREADS + MC_TID) * n; }
+
+template <class D>
+MC_DEVICE void mc_fetch(MC_GLOBAL const typename D::T* p, int cols, bool vec, int s, MC_THREAD float* out) {
+    enum { N = Vec<D>::N };
+    if (vec) {
+        if (s < cols) Vec<D>::load(p + s, out);
+        else
+            for (int j = 0; j < N; j++) out[j] = 0.f;
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < N; j++) out[j] = s + j < cols ? D::load(p + s + j) : 0.f;
+}
+
+template <class D>
+MC_DEVICE void mc_store(MC_GLOBAL typename D::T* q, int cols, bool vec, int s, MC_THREAD const float* val) {
+    enum { N = Vec<D>::N };
+    if (vec) {
+        if (s < cols) Vec<D>::store(q + s, val);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        if (s + j < cols) D::store(q + s + j, val[j]);
+}
+
+#define MC_CACHE 4
+
+// Ahead<D, C> holds the first C pieces of a row fetched before they are
+// needed (raw, 4 registers a piece), so that their loads overlap other work.
+template <class D, int C> struct Ahead {
+    enum { N = Vec<D>::N };
+    uint4 raw[C];
+    bool have = false;
+    // fetch starts loading the pieces of row, cols wide (when aligned)
+    MC_METHOD void fetch(MC_IDS, MC_GLOBAL const typename D::T* row, int cols) {
+        have = mc_aligned(row, cols, N);
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            int s = mc_piece_start(id, k, N);
+            if (have && s < cols) raw[k] = *(MC_GLOBAL const uint4*)(row + s);
+        }
+    }
+    // get is piece k of the row at src (read as mc_fetch reads it): the one
+    // fetched ahead, else loaded now
+    MC_METHOD void get(MC_IDS, int k, MC_GLOBAL const typename D::T* src, int cols, bool vec,
+                       MC_THREAD float* out) const {
+        int s = mc_piece_start(id, k, N);
+        if (have && s < cols) Vec<D>::unpack(raw[k], out);
+        else mc_fetch<D>(src, cols, vec, s, out);
+    }
+};
+
+// mc_for_rows calls f(r) for this block's rows: its own (a block per row,
+// as straight-line code: a loop that runs once measured slower), or with
+// `ahead` every MC_NBLOCKS-th row from MC_BLOCK (a wave of blocks).
+template <bool ahead, class F> MC_DEVICE void mc_for_rows(MC_IDS, int rows, MC_THREAD F& f) {
+    if (!ahead) f(MC_BLOCK);
+    else
+        for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) f(r);
+}
+
+// Row<D, C> keeps the first C pieces of a row in registers, so later passes
+// read no memory; wider rows re-read the rest (from source, which a kernel
+// may point elsewhere, e.g. at what it wrote in the first pass).
+//
+// A pass over the row calls a function object, f(values, k, s) for piece k
+// starting at element s (values: N floats, zero past the row's end).
+//
+// A kernel taking several rows a block may fetch the cached pieces of its
+// next row ahead, before it reduces this one.
+template <class D, int C> struct Row {
+    enum { N = Vec<D>::N };
+    float v[C][N];
+    Ahead<D, C> next;
+    MC_GLOBAL const typename D::T* src;
+    int cols;
+    bool vec;
+    MC_METHOD void init(MC_GLOBAL const typename D::T* row, int c) {
+        src = row;
+        cols = c;
+        vec = mc_aligned(row, c, N);
+    }
+    MC_METHOD int pieces(MC_IDS) const { return (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS); }
+    // fetch_next: start loading the block's next row (r + MC_NBLOCKS of the
+    // rows at base, stride apart), if there is one, for the next init
+    MC_METHOD void fetch_next(MC_IDS, MC_GLOBAL const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
+        if (r + MC_NBLOCKS < rows) next.fetch(id, base + (r + MC_NBLOCKS) * stride, cols);
+    }
+    // load: fetch every piece (caching the first C; those fetched ahead come
+    // from registers) and pass it to f
+    template <class F> MC_METHOD void load(MC_IDS, MC_THREAD F& f) {
+        int n = pieces(id);
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (k < n) {
+                next.get(id, k, src, cols, vec, v[k]);
+                f(v[k], k, mc_piece_start(id, k, N));
+            }
+        next.have = false;
+        rest(id, f);
+    }
+    // each: pass every piece to f again, from registers where cached
+    template <class F> MC_METHOD void each(MC_IDS, MC_THREAD F& f) {
+        int n = pieces(id);
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            if (k < n) f(v[k], k, mc_piece_start(id, k, N));
+        rest(id, f);
+    }
+    // rest: the pieces past the cache, read from src
+    template <class F> MC_METHOD void rest(MC_IDS, MC_THREAD F& f) const {
+        int n = pieces(id);
+        for (int k = C; k < n; k++) {
+            float t[N];
+            int s = mc_piece_start(id, k, N);
+            mc_fetch<D>(src, cols, vec, s, t);
+            f(t, k, s);
+        }
+    }
+};
