@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/backend/cuda"
+	"metalcore/backend/metal"
 	_ "metalcore/ops/adamw"
 	_ "metalcore/ops/qr"
 )
@@ -70,4 +71,26 @@ func TestKernelProgramsSelectOneKernel(t *testing.T) {
 		require.Contains(t, progs, name)
 		require.Empty(t, strings.TrimSpace(clangCUDA(t, clang, progs[name], "-fsyntax-only")), name)
 	}
+}
+
+// The Metal programs name the same kernels as the CUDA ones, family by
+// family: one declaration line serves both backends.
+func TestMetalKernelsAreCUDAs(t *testing.T) {
+	files, err := filepath.Glob("*/*.cu")
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		kernels, err := metal.Kernels(string(src))
+		require.NoError(t, err, f)
+		for _, k := range kernels {
+			names = append(names, k.Name)
+		}
+	}
+	var want []string
+	for name := range cuda.KernelPrograms() {
+		want = append(want, name)
+	}
+	require.ElementsMatch(t, want, names)
 }

@@ -146,8 +146,9 @@ template <bool ahead, class F> MC_DEVICE void mc_for_rows(MC_IDS, int rows, MC_T
 // read no memory; wider rows re-read the rest (from source, which a kernel
 // may point elsewhere, e.g. at what it wrote in the first pass).
 //
-// A pass over the row calls a function object, f(values, k, s) for piece k
-// starting at element s (values: N floats, zero past the row's end).
+// A pass over the row (mc_row_load, mc_row_each) calls a function object,
+// f(values, k, s) for piece k starting at element s (values: N floats, zero
+// past the row's end).
 //
 // A kernel taking several rows a block may fetch the cached pieces of its
 // next row ahead, before it reduces this one.
@@ -169,27 +170,6 @@ template <class D, int C> struct Row {
     MC_METHOD void fetch_next(MC_IDS, MC_GLOBAL const typename D::T* base, mc_i64 stride, mc_i64 r, int rows) {
         if (r + MC_NBLOCKS < rows) next.fetch(id, base + (r + MC_NBLOCKS) * stride, cols);
     }
-    // load: fetch every piece (caching the first C; those fetched ahead come
-    // from registers) and pass it to f
-    template <class F> MC_METHOD void load(MC_IDS, MC_THREAD F& f) {
-        int n = pieces(id);
-#pragma unroll
-        for (int k = 0; k < C; k++)
-            if (k < n) {
-                next.get(id, k, src, cols, vec, v[k]);
-                f(v[k], k, mc_piece_start(id, k, N));
-            }
-        next.have = false;
-        rest(id, f);
-    }
-    // each: pass every piece to f again, from registers where cached
-    template <class F> MC_METHOD void each(MC_IDS, MC_THREAD F& f) {
-        int n = pieces(id);
-#pragma unroll
-        for (int k = 0; k < C; k++)
-            if (k < n) f(v[k], k, mc_piece_start(id, k, N));
-        rest(id, f);
-    }
     // rest: the pieces past the cache, read from src
     template <class F> MC_METHOD void rest(MC_IDS, MC_THREAD F& f) const {
         int n = pieces(id);
@@ -201,3 +181,27 @@ template <class D, int C> struct Row {
         }
     }
 };
+
+// mc_row_load: fetch every piece of the row (caching the first C; those
+// fetched ahead come from registers) and pass it to f. (Not methods of Row:
+// a method's members are in no particular address space for MSL's
+// stand-in check, and the cached pieces are the thread's.)
+template <class D, int C, class F> MC_DEVICE void mc_row_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
+    int n = row.pieces(id);
+#pragma unroll
+    for (int k = 0; k < C; k++)
+        if (k < n) {
+            row.next.get(id, k, row.src, row.cols, row.vec, row.v[k]);
+            f(row.v[k], k, mc_piece_start(id, k, Row<D, C>::N));
+        }
+    row.next.have = false;
+    row.rest(id, f);
+}
+// mc_row_each: pass every piece to f again, from registers where cached
+template <class D, int C, class F> MC_DEVICE void mc_row_each(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
+    int n = row.pieces(id);
+#pragma unroll
+    for (int k = 0; k < C; k++)
+        if (k < n) f(row.v[k], k, mc_piece_start(id, k, Row<D, C>::N));
+    row.rest(id, f);
+}

@@ -68,7 +68,10 @@ template <class D> MC_DEVICE void adamw_step(MC_IDS, MC_CONSTANT const AdamWBatc
     MC_GLOBAL T* p = (MC_GLOBAL T*)b.param[t];
     MC_GLOBAL float *m = b.m[t], *v = b.v[t], *vmax = b.vmax[t];
     if (b.found_inf && *b.found_inf != 0.f) return;  // an inf or NaN gradient: no update
-    AdamWScalars h = b.h;
+    // the table's scalars, copied field by field (a struct's implicit copy
+    // takes it by a reference of no particular address space)
+    AdamWScalars h = {b.h.sign,     b.h.decay, b.h.one_minus_beta1, b.h.beta2, b.h.one_minus_beta2, b.h.step_size,
+                      b.h.bc2_sqrt, b.h.eps};
     if (b.steps) adamw_device_scalars(h, b, t);
     if (b.grad_scale) h.sign /= *b.grad_scale;
     // four elements per thread with 16-byte state accesses where every
@@ -77,11 +80,10 @@ template <class D> MC_DEVICE void adamw_step(MC_IDS, MC_CONSTANT const AdamWBatc
     mc_i64 i = lo + MC_TID;
     if (vec) {
         for (i = lo + 4 * MC_TID; i + 3 < hi; i += 4 * MC_NTHREADS) {
-            float4 m4 = *(MC_GLOBAL float4*)(m + i), v4 = *(MC_GLOBAL float4*)(v + i), x4;
-            if (vmax) x4 = *(MC_GLOBAL float4*)(vmax + i);
-            MC_THREAD float* mm = &m4.x;
-            MC_THREAD float* vv = &v4.x;
-            MC_THREAD float* xx = &x4.x;
+            float mm[4], vv[4], xx[4];
+            Vec<F32>::load(m + i, mm);
+            Vec<F32>::load(v + i, vv);
+            if (vmax) Vec<F32>::load(vmax + i, xx);
             T pv[4], gv[4];
             if (sizeof(T) == 4) {
                 *(MC_THREAD uint4*)pv = *(MC_GLOBAL const uint4*)(p + i);
@@ -93,9 +95,9 @@ template <class D> MC_DEVICE void adamw_step(MC_IDS, MC_CONSTANT const AdamWBatc
 #pragma unroll
             for (int j = 0; j < 4; j++)
                 pv[j] = D::pack(adamw_elem(D::unpack(pv[j]), D::unpack(gv[j]), mm[j], vv[j], vmax != 0, xx[j], h));
-            *(MC_GLOBAL float4*)(m + i) = m4;
-            *(MC_GLOBAL float4*)(v + i) = v4;
-            if (vmax) *(MC_GLOBAL float4*)(vmax + i) = x4;
+            Vec<F32>::store(m + i, mm);
+            Vec<F32>::store(v + i, vv);
+            if (vmax) Vec<F32>::store(vmax + i, xx);
             if (sizeof(T) == 4) *(MC_GLOBAL uint4*)(p + i) = *(MC_THREAD uint4*)pv;
             else *(MC_GLOBAL uint2*)(p + i) = *(MC_THREAD uint2*)pv;
         }

@@ -34,7 +34,7 @@ MC_DEVICE void rms_write(MC_IDS, MC_THREAD Row<D, C>& x, float inv, MC_GLOBAL co
                          MC_GLOBAL typename D::T* y) {
     enum { N = Vec<D>::N };
     RmsWrite<D> f = {inv, w, y, x.cols, w && mc_aligned(w, x.cols, N), mc_aligned(y, x.cols, N)};
-    x.each(id, f);
+    mc_row_each(id, x, f);
 }
 
 // A block takes rows MC_BLOCK, + MC_NBLOCKS, ...: rmsnorm_fwd is launched
@@ -57,7 +57,7 @@ template <class D, bool ahead> struct RmsNormRows {
     MC_METHOD void operator()(mc_i64 r) {
         x.init(xb + r * xs, cols);
         SumSquares<D> sq = {0.f};
-        x.load(id, sq);
+        mc_row_load(id, x, sq);
         if (ahead) x.fetch_next(id, xb, xs, r, rows);
         float inv = rsqrtf(mc_block_sum(id, sq.ss, red) / cols + eps);
         rms_write<D>(id, x, inv, w, y + r * ys);
@@ -126,7 +126,7 @@ MC_DEVICE void fused_add_rmsnorm_fwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL cons
     Row<D, MC_CACHE> x;
     x.init((MC_GLOBAL const T*)x_ + r * xs, cols);
     AddResidual<D> add = {res, ro, cols, mc_aligned(res, cols, N), mc_aligned(ro, cols, N), 0.f};
-    x.load(id, add);
+    mc_row_load(id, x, add);
     float inv = rsqrtf(mc_block_sum(id, add.ss, red) / cols + eps);
     x.src = ro;  // pieces past the cache re-read the sum this thread wrote
     x.vec = add.rovec;
@@ -192,10 +192,10 @@ template <class D, bool ahead> struct LayerNormRows {
     MC_METHOD void operator()(mc_i64 r) {
         x.init(xb + r * xs, cols);
         Sum<D> sum = {0.f};
-        x.load(id, sum);
+        mc_row_load(id, x, sum);
         if (ahead) x.fetch_next(id, xb, xs, r, rows);
         SquaredDeviations<D> dev = {mc_block_sum(id, sum.sum, red) / cols, cols, 0.f};
-        x.each(id, dev);
+        mc_row_each(id, x, dev);
         float inv = rsqrtf(mc_block_sum(id, dev.sq, red) / cols + eps);
         MC_GLOBAL T* yr = y + r * ys;
         LayerWrite<D> out = {dev.mu,
@@ -207,7 +207,7 @@ template <class D, bool ahead> struct LayerNormRows {
                              w && mc_aligned(w, cols, N),
                              b && mc_aligned(b, cols, N),
                              mc_aligned(yr, cols, N)};
-        x.each(id, out);
+        mc_row_each(id, x, out);
         if (MC_TID == 0) {
             if (mean) mean[r] = dev.mu;
             if (rstd) rstd[r] = inv;

@@ -68,13 +68,13 @@ template <class D, class DO, bool ahead> struct SoftmaxRows {
     MC_METHOD void operator()(mc_i64 r) {
         x.init(xb + r * xs, cols);
         RowMax<D> max = {cols, -mc_inf()};
-        x.load(id, max);
+        mc_row_load(id, x, max);
         if (ahead) x.fetch_next(id, xb, xs, r, rows);
         Exponentials<D> e = {cols, mc_block_max(id, max.m, red), 0.f};
-        x.each(id, e);
+        mc_row_each(id, x, e);
         MC_GLOBAL typename DO::T* yr = y + r * ys;
         SoftmaxWrite<D, DO> out = {e.m, 1.f / mc_block_sum(id, e.sum, red), yr, cols, mc_aligned(yr, cols, N)};
-        x.each(id, out);
+        mc_row_each(id, x, out);
     }
 };
 template <class D, class DO, bool ahead>
@@ -146,10 +146,10 @@ MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy
     y.init((MC_GLOBAL const T*)y_ + r * ys, cols);
     MC_GLOBAL const T* dy = (MC_GLOBAL const T*)dy_ + r * dys;
     Dot<D> dot = {dy, cols, mc_aligned(dy, cols, N), 0.f};
-    y.load(id, dot);
+    mc_row_load(id, y, dot);
     MC_GLOBAL T* dx = (MC_GLOBAL T*)dx_ + r * dxs;
     SoftmaxGrad<D> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
-    y.each(id, grad);
+    mc_row_each(id, y, grad);
 }
 MC_INSTANTIATE_GROUP(softmax_bwd, MC_SOFTMAX_SCRATCH, ,
                      (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx,
