@@ -205,3 +205,10 @@ template <class D, int C, class F> MC_DEVICE void mc_row_each(MC_IDS, MC_THREAD 
         if (k < n) f(row.v[k], k, mc_piece_start(id, k, Row<D, C>::N));
     row.rest(id, f);
 }
+
+// MC_IMPL_PARAMS(S, PARAMS): the parameters of an MC_ENTRY_GROUP kernel's
+// NAME_impl: the ids, its shared memory (an S) as sh, then the kernel's
+// PARAMS, a parenthesized list written once.
+#define MC_UNPAREN(...) __VA_ARGS__
+#define MC_IMPL_PARAMS(S, PARAMS) MC_IMPL_PARAMS_(S, MC_UNPAREN PARAMS)
+#define MC_IMPL_PARAMS_(S, ...) (MC_IDS, MC_GROUP S & sh, __VA_ARGS__)

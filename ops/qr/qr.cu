@@ -495,11 +495,9 @@ MC_DEVICE void qr_panel_factor(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL flo
     (MC_GLOBAL float* w, MC_GLOBAL float* Tp, MC_GLOBAL float* part, MC_GLOBAL unsigned* counters, unsigned base, \
      int m, int n, int k0, int jb, int npanels, int groups)
 #define MC_QR_PANEL_ARGS (w, Tp, part, counters, base, m, n, k0, jb, npanels, groups)
-#define MC_QR_PANEL(NAME, REG)                                                                                   \
-    MC_DEVICE void NAME##_impl(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL float* w, MC_GLOBAL float* Tp,      \
-                               MC_GLOBAL float* part, MC_GLOBAL unsigned* counters, unsigned base, int m, int n, \
-                               int k0, int jb, int npanels, int groups) {                                        \
-        qr_panel_factor<REG>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups);                \
+#define MC_QR_PANEL(NAME, REG)                                                                    \
+    MC_DEVICE void NAME##_impl MC_IMPL_PARAMS(QrPanelShared, MC_QR_PANEL_PARAMS) {                \
+        qr_panel_factor<REG>(id, sh, w, Tp, part, counters, base, m, n, k0, jb, npanels, groups); \
     }
 MC_QR_PANEL(qr_panel, false)
 MC_QR_PANEL(qr_panel_reg, true)
@@ -523,9 +521,7 @@ struct QrVtwShared {
 #define MC_QR_VTW_PARAMS                                                                                            \
     (MC_GLOBAL const float* w, MC_GLOBAL const float* C, MC_GLOBAL float* Yp, int m, int n, mc_i64 cstride, int k0, \
      int jb, int c0, int nct, int splits, int ldw)
-MC_DEVICE void qr_vtw_impl(MC_IDS, MC_GROUP QrVtwShared& sh, MC_GLOBAL const float* w, MC_GLOBAL const float* C,
-                           MC_GLOBAL float* Yp, int m, int n, mc_i64 cstride, int k0, int jb, int c0, int nct,
-                           int splits, int ldw) {
+MC_DEVICE void qr_vtw_impl MC_IMPL_PARAMS(QrVtwShared, MC_QR_VTW_PARAMS) {
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
     int tiles = (nct + 127) / 128;
     mc_i64 bs = MC_BLOCK / tiles;  // matrix * splits + split
@@ -578,9 +574,7 @@ struct QrWsumShared {
 #define MC_QR_WSUM_PARAMS                                                                                       \
     (MC_GLOBAL const float* Yp, MC_GLOBAL const float* Tp, MC_GLOBAL float* W, int k0, int jb, int c0, int nct, \
      int splits, int npanels, int ldw, int trans)
-MC_DEVICE void qr_wsum_impl(MC_IDS, MC_GROUP QrWsumShared& sh, MC_GLOBAL const float* Yp, MC_GLOBAL const float* Tp,
-                            MC_GLOBAL float* W, int k0, int jb, int c0, int nct, int splits, int npanels, int ldw,
-                            int trans) {
+MC_DEVICE void qr_wsum_impl MC_IMPL_PARAMS(QrWsumShared, MC_QR_WSUM_PARAMS) {
     int tid = MC_TID, cc = tid & 31, g = tid >> 5;
     int tiles = (nct + 31) / 32;
     mc_i64 b = MC_BLOCK / tiles;
@@ -618,9 +612,7 @@ struct QrUpdateShared {
 #define MC_QR_UPDATE_PARAMS                                                                                        \
     (MC_GLOBAL const float* w, MC_GLOBAL const float* W, MC_GLOBAL float* C, int m, int n, mc_i64 cstride, int k0, \
      int jb, int c0, int nct, int ldw)
-MC_DEVICE void qr_update_impl(MC_IDS, MC_GROUP QrUpdateShared& sh, MC_GLOBAL const float* w, MC_GLOBAL const float* W,
-                              MC_GLOBAL float* C, int m, int n, mc_i64 cstride, int k0, int jb, int c0, int nct,
-                              int ldw) {
+MC_DEVICE void qr_update_impl MC_IMPL_PARAMS(QrUpdateShared, MC_QR_UPDATE_PARAMS) {
     int tid = MC_TID, ri = tid & 15, ci = tid >> 4;
     int rtiles = (m - k0 + 63) / 64, ctiles = (nct + 63) / 64;
     mc_i64 b = MC_BLOCK / (rtiles * ctiles);
