@@ -1,5 +1,5 @@
-"""Where the CUDA cold start goes. (1) Each op family's source (the prelude
-plus the family's .cu) and the whole source as one program, compiled by NVRTC
+"""Where the CUDA cold start goes. (1) Each op family's source (the prelude,
+the dialect helpers and the family's .cu) and the whole source as one program, compiled by NVRTC
 for sm_XY (cubin) and compute_XY (PTX), each image loaded by the driver with
 its JIT cache off. (2) Every kernel's own program, as the library compiles
 it (written by `go run ./bench/programs` into build/programs), compiled for

@@ -1,5 +1,5 @@
 """Registers, spills and shared memory of every metalcore kernel, as ptxas
-reports them: the program the library compiles (the prelude and every op
+reports them: the program the library compiles (the prelude, the dialect helpers and every op
 family's .cu), compiled by NVRTC with --ptxas-options=-v. A kernel over 128
 registers cannot run 512-thread blocks; one over 64 fits one such block a
 multiprocessor. Needs only NVRTC (no GPU). Run from the repository root:
