@@ -19,10 +19,11 @@ import (
 // kernel's declaration line (MC_INSTANTIATE_GROUP, _DYNAMIC,
 // MC_ENTRY_GROUP), which the prelude turns into the entry.
 var dialectRules = map[string]*regexp.Regexp{
-	"a lambda":                             regexp.MustCompile(`\[[&=]?[^\]\[]*\]\s*\(`),
-	"if constexpr":                         regexp.MustCompile(`\bif\s+constexpr\b`),
-	"an if with an initializer":            regexp.MustCompile(`\bif\s*\(\s*(?:const\s+)?(?:int|auto|float|unsigned|mc_i64)\s+\w+\s*=[^;{}]*;`),
-	"double":                               regexp.MustCompile(`\bdouble\b`),
+	"a lambda":                  regexp.MustCompile(`\[[&=]?[^\]\[]*\]\s*\(`),
+	"if constexpr":              regexp.MustCompile(`\bif\s+constexpr\b`),
+	"an if with an initializer": regexp.MustCompile(`\bif\s*\(\s*(?:const\s+)?(?:int|auto|float|unsigned|mc_i64)\s+\w+\s*=[^;{}]*;`),
+	"double":                    regexp.MustCompile(`\bdouble\b`),
+	"long long (MSL has none: mc_i64, mc_u64)": regexp.MustCompile(`\blong\s+long\b`),
 	"inline PTX":                           regexp.MustCompile(`\basm\b`),
 	"a CUDA built-in":                      regexp.MustCompile(`\b(?:threadIdx|blockIdx|blockDim|gridDim|warpSize|__syncthreads|__syncwarp|__shfl\w*|atomic[A-Z]\w*|__threadfence\w*|__shared__|__device__|__global__|__launch_bounds__|__align__|__forceinline__)\b`),
 	"MC_SHARED in a kernel source":         regexp.MustCompile(`\bMC_SHARED\b`),

@@ -26,7 +26,7 @@ func clangMSL(t *testing.T, clang, src string) (string, error) {
 // (the Metal prelude, the dialect's helpers, the family's source, the
 // entries written from its declaration lines), type-check as MSL; and the
 // check bites: a device pointer passed where the thread's own array is
-// expected is an error.
+// expected, and a threadgroup array outside a kernel, are errors.
 func TestKernelSourcesAsMSL(t *testing.T) {
 	clang, err := exec.LookPath("clang-14")
 	if err != nil {
@@ -44,9 +44,14 @@ func TestKernelSourcesAsMSL(t *testing.T) {
 		out, err := clangMSL(t, clang, prog)
 		require.NoError(t, err, "%s as MSL:\n%s", f, out)
 	}
-	prog, _, err := metal.Program("MC_DEVICE void planted(MC_GLOBAL float* p) { mc_fetch<F32>(p, 4, false, 0, p); }\n")
-	require.NoError(t, err)
-	out, err := clangMSL(t, clang, prog)
-	require.Error(t, err)
-	require.Contains(t, out, "address space")
+	for planted, want := range map[string]string{
+		"mc_fetch<F32>(p, 4, false, 0, p);":  "address space",
+		"threadgroup float t[4]; t[0] = *p;": "cannot be declared in local address space",
+	} {
+		prog, _, err := metal.Program("MC_DEVICE void planted(MC_GLOBAL float* p) { " + planted + " }\n")
+		require.NoError(t, err)
+		out, err := clangMSL(t, clang, prog)
+		require.Error(t, err, planted)
+		require.Contains(t, out, want, planted)
+	}
 }
