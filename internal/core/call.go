@@ -241,7 +241,7 @@ func (c *Call) Workspace(name string, t *Tensor, need int64) *View {
 	switch {
 	case !v.Contiguous:
 		c.err = Errorf(ErrUnsupportedLayout, "%s must be contiguous", name)
-	case uintptr(v.Base)%4 != 0:
+	case v.origin()%4 != 0:
 		c.err = Errorf(ErrInvalidArgument, "%s data must be 4-byte aligned", name)
 	}
 	return v

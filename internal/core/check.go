@@ -119,7 +119,7 @@ func CheckOverlap(inputs, outputs []*View, allowed ...Alias) error {
 }
 
 func overlaps(a, b *View) bool {
-	return a.N > 0 && b.N > 0 && a.lo < b.hi && b.lo < a.hi
+	return a.N > 0 && b.N > 0 && a.Buffer == b.Buffer && a.lo < b.hi && b.lo < a.hi
 }
 
 func exactAlias(o, in *View, allowed []Alias) bool {

@@ -71,8 +71,12 @@ const (
 // kernels and the overlap checks need. Shape and Strides point at the
 // caller's memory; a View is only used during the call that made it.
 type View struct {
-	Name       string
-	Base       unsafe.Pointer // data + byte_offset
+	Name string
+	Base unsafe.Pointer // data + byte_offset
+	// Buffer is a Metal tensor's id<MTLBuffer> (its data; byte_offset is
+	// into that buffer), nil on other devices. Two Metal views can overlap
+	// only within one buffer: their extents are offsets into it.
+	Buffer     unsafe.Pointer
 	DType      DType
 	DeviceType int32
 	DeviceID   int32
@@ -139,7 +143,10 @@ func Check(v *View, name string, t *Tensor) error {
 		return Errorf(ErrInvalidArgument, "%s has data + byte_offset past the end of the address space (byte_offset %d)", name, t.ByteOffset)
 	}
 	v.Base = unsafe.Add(t.Data, t.ByteOffset)
-	if uintptr(v.Base)%uintptr(dt.Size()) != 0 {
+	if t.DeviceType == DeviceMetal {
+		v.Buffer = t.Data
+	}
+	if v.origin()%uint64(dt.Size()) != 0 {
 		return Errorf(ErrInvalidArgument, "%s data (data + byte_offset) is not aligned to its %d-byte elements", name, dt.Size())
 	}
 	if err := v.layout(); err != nil {
@@ -172,7 +179,11 @@ func CheckOwned(v *View) error {
 	if !ok || v.N == 0 {
 		return nil
 	}
-	if err := b.owns(v.Base, int(v.DeviceID)); err != nil {
+	p := v.Base
+	if v.Buffer != nil {
+		p = v.Buffer
+	}
+	if err := b.owns(p, int(v.DeviceID)); err != nil {
 		return Errorf(ErrInvalidArgument, "%s data %v", v.Name, err)
 	}
 	return nil
@@ -273,7 +284,7 @@ func (v *View) layout() error {
 		}
 	}
 	es := int64(v.DType.Size())
-	base := uint64(uintptr(v.Base))
+	base := v.origin()
 	// [base + lo*es, base + (hi+1)*es) must not wrap (lo <= 0 <= hi)
 	start, end := base-uint64(-lo*es), base+uint64((hi+1)*es)
 	if start > base || end < base || (v.DeviceType == DeviceCPU && v.N > 0 && end > userSpaceEnd) {
@@ -284,6 +295,16 @@ func (v *View) layout() error {
 	}
 	v.lo, v.hi = uintptr(start), uintptr(end)
 	return nil
+}
+
+// origin is where v's extent is measured from: its address, or for Metal
+// its byte offset into its buffer (a Metal handle is an object, not the
+// buffer's memory).
+func (v *View) origin() uint64 {
+	if v.Buffer != nil {
+		return uint64(uintptr(v.Base) - uintptr(v.Buffer))
+	}
+	return uint64(uintptr(v.Base))
 }
 
 func addNoOverflow(a, b int64) (int64, bool) {
@@ -343,5 +364,6 @@ func (v *View) RowStride() (int64, bool) {
 	return stride, true
 }
 
-// Extent is the byte range [lo, hi) the view's elements occupy.
+// Extent is the byte range [lo, hi) the view's elements occupy: addresses,
+// or for Metal offsets into v.Buffer.
 func (v *View) Extent() (uintptr, uintptr) { return v.lo, v.hi }

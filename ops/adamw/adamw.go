@@ -100,9 +100,10 @@ func at(list unsafe.Pointer, i int) *core.Tensor {
 // on the checking goroutine's stack; only what the step needs is kept.
 type scratch struct {
 	groups  []group
-	extents []extent // one per tensor, list-major within a parameter
-	sorted  []extent // extents sorted by start
-	spare   []extent // sortByStart's second buffer
+	extents []extent         // one per tensor, list-major within a parameter
+	sorted  []extent         // extents sorted by start
+	spare   []extent         // sortByStart's second buffer
+	buffers []unsafe.Pointer // Metal: each tensor's MTLBuffer, by extent index
 	device  struct{ typ, id int32 }
 }
 
@@ -156,10 +157,15 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 	sc.groups = grow(sc.groups, int(l.N))
 	sc.extents = grow(sc.extents, int(l.N)*nl)
 	groups, extents := sc.groups, sc.extents
+	var buffers []unsafe.Pointer
 	// every tensor must be on the first one's device
 	first := core.View{Name: "params[0]"}
 	if t := at(l.Params, 0); t != nil {
 		first.DeviceType, first.DeviceID = t.DeviceType, t.DeviceID
+	}
+	if first.DeviceType == core.DeviceMetal {
+		sc.buffers = grow(sc.buffers, len(extents))
+		buffers = sc.buffers
 	}
 	// one parameter's tensors: checked, and a failure named by list and index
 	check := func(i int) error {
@@ -183,6 +189,9 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 				e.lo, e.hi = v.Extent()
 			}
 			extents[i*nl+k] = e
+			if buffers != nil {
+				buffers[i*nl+k] = v.Buffer
+			}
 		}
 		if err := core.SameDType(&vs[0], &vs[1]); err != nil {
 			return core.Errorf(core.StatusOf(err), "grads[%d] is %s but params[%d] is %s (mixed dtypes)", i, vs[1].DType, i, vs[0].DType)
@@ -216,15 +225,48 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 		return nil, err
 	}
 	sc.device.typ, sc.device.id = first.DeviceType, first.DeviceID
+	if buffers != nil {
+		if err := separateBuffers(extents, buffers); err != nil {
+			return nil, err
+		}
+	}
 	names := func(at int) string { return lists[at%nl].name + "[" + strconv.Itoa(at/nl) + "]" }
-	owned := func() error { return checkOwned(extents, first.DeviceType, first.DeviceID, names) }
-	return groups, noOverlap(extents, sc, names, owned)
+	owned := func() error { return checkOwned(extents, buffers, first.DeviceType, first.DeviceID, names) }
+	// Metal's extents no longer name their buffers: such a call is checked
+	// in full every time
+	return groups, noOverlap(extents, sc, names, owned, buffers == nil)
+}
+
+// Metal extents are offsets into their buffers; separateBuffers moves each
+// buffer's into a range of its own (the buffer's index in the call above
+// bufferShift), so that one sort finds overlaps within a buffer and none
+// across buffers, and the other devices' path stays as it is.
+const bufferShift = 40
+
+func separateBuffers(es []extent, buffers []unsafe.Pointer) error {
+	index := map[unsafe.Pointer]uintptr{}
+	for i := range es {
+		if es[i].hi == 0 { // empty: overlaps nothing
+			continue
+		}
+		b, ok := index[buffers[es[i].at]]
+		if !ok {
+			b = uintptr(len(index))
+			index[buffers[es[i].at]] = b
+		}
+		if es[i].hi > 1<<bufferShift || b >= 1<<(63-bufferShift) {
+			return core.Errorf(core.ErrInvalidArgument, "a Metal tensor ends past byte %d of its buffer, or the call has over %d buffers",
+				uint64(1)<<bufferShift, 1<<(63-bufferShift))
+		}
+		es[i].lo, es[i].hi = b<<bufferShift|es[i].lo, b<<bufferShift|es[i].hi
+	}
+	return nil
 }
 
 // checkOwned fails unless every tensor's memory belongs to the call's
 // device (a check of the device's backend: none for the CPU), naming the
 // lowest index that fails.
-func checkOwned(es []extent, deviceType, deviceID int32, name func(at int) string) error {
+func checkOwned(es []extent, buffers []unsafe.Pointer, deviceType, deviceID int32, name func(at int) string) error {
 	if !core.ChecksOwnership(deviceType) {
 		return nil
 	}
@@ -233,6 +275,9 @@ func checkOwned(es []extent, deviceType, deviceID int32, name func(at int) strin
 	cpu.Parallel(len(es), 1024, func(lo, hi int, _ *cpu.Scratch) {
 		for i := lo; i < hi; i++ {
 			v := core.View{DeviceType: deviceType, DeviceID: deviceID, Base: unsafe.Add(nil, es[i].lo), N: int(es[i].hi - es[i].lo)}
+			if buffers != nil {
+				v.Buffer = buffers[es[i].at]
+			}
 			if err := core.CheckOwned(&v); err != nil {
 				mu.Lock()
 				if es[i].at < firstBad {
@@ -271,15 +316,17 @@ func checkOne(v *core.View, name string, t *core.Tensor, k int, p *core.View) er
 // noOverlap rejects any two tensors of the call sharing memory: sorted by
 // start, each must end before the next begins (empty tensors, [0, 0), sort
 // first and overlap nothing), and then whatever owned rejects. name names a
-// tensor by its index. A call with the extents of the last call that passed
-// (a training loop passes the same tensors every step) passes without
-// sorting or asking owned again.
-func noOverlap(es []extent, sc *scratch, name func(at int) string, owned func() error) error {
-	lastPassed.Lock()
-	same := slices.Equal(es, lastPassed.extents)
-	lastPassed.Unlock()
-	if same {
-		return nil
+// tensor by its index. A cacheable call with the extents of the last call
+// that passed (a training loop passes the same tensors every step) passes
+// without sorting or asking owned again.
+func noOverlap(es []extent, sc *scratch, name func(at int) string, owned func() error, cacheable bool) error {
+	if cacheable {
+		lastPassed.Lock()
+		same := slices.Equal(es, lastPassed.extents)
+		lastPassed.Unlock()
+		if same {
+			return nil
+		}
 	}
 	sorted := grow(sc.sorted, len(es))
 	sc.sorted = sorted
@@ -293,6 +340,9 @@ func noOverlap(es []extent, sc *scratch, name func(at int) string, owned func() 
 	}
 	if err := owned(); err != nil {
 		return err
+	}
+	if !cacheable {
+		return nil
 	}
 	lastPassed.Lock()
 	lastPassed.extents = append(lastPassed.extents[:0], es...)
