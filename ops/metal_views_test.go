@@ -22,9 +22,9 @@ func TestMetalViewsOverlapByBuffer(t *testing.T) {
 		owned = append(owned, p)
 		return nil
 	})
-	objects := make([]byte, 128)
-	bufA, bufB := unsafe.Pointer(&objects[0]), unsafe.Pointer(&objects[64]) // 64 bytes apart
-	bufC, bufD := unsafe.Pointer(&objects[8]), unsafe.Pointer(&objects[72])
+	// handles outside Go's heap, as Objective-C objects are, 64 bytes apart
+	bufA, bufB := unsafe.Add(nil, 0x10000), unsafe.Add(nil, 0x10040)
+	bufC, bufD := unsafe.Add(nil, 0x10008), unsafe.Add(nil, 0x10048)
 	shape := []int64{64} // 256 bytes of float32
 	tensor := func(buf unsafe.Pointer, offset uint64) *core.Tensor {
 		return &core.Tensor{Data: buf, DeviceType: core.DeviceMetal, NDim: 1, Code: 2, Bits: 32, Lanes: 1,
@@ -41,6 +41,9 @@ func TestMetalViewsOverlapByBuffer(t *testing.T) {
 	err := core.CheckOverlap([]*core.View{view("x", bufA, 0)}, []*core.View{view("y", bufA, 128)})
 	require.ErrorContains(t, err, "y partially overlaps x")
 	require.NoError(t, core.CheckOverlap([]*core.View{view("x", bufA, 0)}, []*core.View{view("y", bufA, 256)}))
+	x, y := view("x", bufA, 512), view("y", bufA, 512) // in place: one offset of one buffer
+	require.NoError(t, core.CheckOverlap([]*core.View{x}, []*core.View{y}, core.Alias{Out: y, In: x}))
+	require.ErrorContains(t, core.CheckOverlap([]*core.View{x}, []*core.View{y}), "y aliases x")
 	err = core.CheckOverlap(nil, []*core.View{view("y", bufA, 0), view("z", bufA, 252)})
 	require.ErrorContains(t, err, "z overlaps y")
 	// alignment is the offset's

@@ -109,7 +109,7 @@ func CheckOverlap(inputs, outputs []*View, allowed ...Alias) error {
 			if !overlaps(o, in) || exactAlias(o, in, allowed) {
 				continue
 			}
-			if o.Base == in.Base && equalShape(o.Shape, in.Shape) {
+			if sameStart(o, in) && equalShape(o.Shape, in.Shape) {
 				return Errorf(ErrInvalidArgument, "%s aliases %s, which this op does not allow in place", o.Name, in.Name)
 			}
 			return Errorf(ErrInvalidArgument, "%s partially overlaps %s", o.Name, in.Name)
@@ -118,6 +118,10 @@ func CheckOverlap(inputs, outputs []*View, allowed ...Alias) error {
 	return nil
 }
 
+// sameStart reports whether a and b start at one place (for Metal, one
+// offset of one buffer).
+func sameStart(a, b *View) bool { return a.Base == b.Base && a.Offset == b.Offset }
+
 func overlaps(a, b *View) bool {
 	return a.N > 0 && b.N > 0 && a.Buffer == b.Buffer && a.lo < b.hi && b.lo < a.hi
 }
@@ -125,7 +129,7 @@ func overlaps(a, b *View) bool {
 func exactAlias(o, in *View, allowed []Alias) bool {
 	for _, a := range allowed {
 		if a.Out == o && a.In == in {
-			return o.Base == in.Base && o.DType == in.DType && equalShape(o.Shape, in.Shape) &&
+			return sameStart(o, in) && o.DType == in.DType && equalShape(o.Shape, in.Shape) &&
 				equalShape(o.Strides, in.Strides)
 		}
 	}

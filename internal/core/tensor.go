@@ -72,11 +72,13 @@ const (
 // caller's memory; a View is only used during the call that made it.
 type View struct {
 	Name string
-	Base unsafe.Pointer // data + byte_offset
-	// Buffer is a Metal tensor's id<MTLBuffer> (its data; byte_offset is
-	// into that buffer), nil on other devices. Two Metal views can overlap
-	// only within one buffer: their extents are offsets into it.
+	Base unsafe.Pointer // data + byte_offset; Metal: the buffer
+	// Buffer is a Metal tensor's id<MTLBuffer> (its data) and Offset its
+	// byte_offset into that buffer; nil on other devices. Two Metal views
+	// can overlap only within one buffer: their extents are offsets into it.
+	// (A handle plus an offset is no address, and is never formed.)
 	Buffer     unsafe.Pointer
+	Offset     uint64
 	DType      DType
 	DeviceType int32
 	DeviceID   int32
@@ -142,9 +144,10 @@ func Check(v *View, name string, t *Tensor) error {
 	if uint64(uintptr(t.Data))+t.ByteOffset < t.ByteOffset {
 		return Errorf(ErrInvalidArgument, "%s has data + byte_offset past the end of the address space (byte_offset %d)", name, t.ByteOffset)
 	}
-	v.Base = unsafe.Add(t.Data, t.ByteOffset)
 	if t.DeviceType == DeviceMetal {
-		v.Buffer = t.Data
+		v.Base, v.Buffer, v.Offset = t.Data, t.Data, t.ByteOffset
+	} else {
+		v.Base = unsafe.Add(t.Data, t.ByteOffset)
 	}
 	if v.origin()%uint64(dt.Size()) != 0 {
 		return Errorf(ErrInvalidArgument, "%s data (data + byte_offset) is not aligned to its %d-byte elements", name, dt.Size())
@@ -302,7 +305,7 @@ func (v *View) layout() error {
 // buffer's memory).
 func (v *View) origin() uint64 {
 	if v.Buffer != nil {
-		return uint64(uintptr(v.Base) - uintptr(v.Buffer))
+		return v.Offset
 	}
 	return uint64(uintptr(v.Base))
 }

@@ -274,9 +274,11 @@ func checkOwned(es []extent, buffers []unsafe.Pointer, deviceType, deviceID int3
 	firstBad, firstErr := len(es), error(nil)
 	cpu.Parallel(len(es), 1024, func(lo, hi int, _ *cpu.Scratch) {
 		for i := lo; i < hi; i++ {
-			v := core.View{DeviceType: deviceType, DeviceID: deviceID, Base: unsafe.Add(nil, es[i].lo), N: int(es[i].hi - es[i].lo)}
-			if buffers != nil {
-				v.Buffer = buffers[es[i].at]
+			v := core.View{DeviceType: deviceType, DeviceID: deviceID, N: int(es[i].hi - es[i].lo)}
+			if buffers != nil { // Metal: lo is no address
+				v.Base, v.Buffer = buffers[es[i].at], buffers[es[i].at]
+			} else {
+				v.Base = unsafe.Add(nil, es[i].lo)
 			}
 			if err := core.CheckOwned(&v); err != nil {
 				mu.Lock()
