@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"metalcore/backend/dialect"
 	"metalcore/internal/diskcache"
 )
 
@@ -73,26 +74,15 @@ func allKernels() []string {
 	return kernelOrder
 }
 
-// kernelNames lists the kernels declared in src, at the start of a line:
-// NAME_f32/_f16/_bf16 for MC_INSTANTIATE(NAME, ...) (or _BOUNDS, _GROUP,
-// _DYNAMIC), a kernel per dtype, and NAME for MC_ENTRY(NAME, ...) (or
-// _GROUP), a kernel of one type. (Not regexp: it would bring its tables
-// into the library.)
+// kernelNames lists the kernels declared in src (dialect.Declarations):
+// those per dtype first, then those of one type.
 func kernelNames(src string) []string {
 	var perType, plain []string
-	for _, line := range strings.Split(src, "\n") {
-		macro, args, ok := strings.Cut(line, "(")
-		if !ok {
-			continue
-		}
-		name, _, _ := strings.Cut(args, ",")
-		name, _, _ = strings.Cut(name, ")")
-		name = strings.TrimSpace(name)
-		switch {
-		case strings.HasPrefix(macro, "MC_INSTANTIATE") && !strings.ContainsAny(macro, " \t"):
-			perType = append(perType, name+"_f32", name+"_f16", name+"_bf16")
-		case strings.HasPrefix(macro, "MC_ENTRY") && !strings.ContainsAny(macro, " \t"):
-			plain = append(plain, name)
+	for _, d := range dialect.Declarations(src) {
+		if d.PerDType() {
+			perType = append(perType, d.KernelNames()...)
+		} else {
+			plain = append(plain, d.KernelNames()...)
 		}
 	}
 	return append(perType, plain...)

@@ -43,9 +43,6 @@ type Kernel struct {
 	call string // the entry's body: what it calls with what
 }
 
-// dtypes are the element types a per-dtype kernel is instantiated for.
-var dtypes = []struct{ suffix, typ string }{{"f32", "F32"}, {"f16", "F16"}, {"bf16", "BF16"}}
-
 // Program is the MSL source of one op family: the Metal prelude, the
 // dialect's shared helpers, the family's source and the entry of every
 // kernel its declaration lines name.
@@ -93,39 +90,24 @@ func (k Kernel) entry() string {
 	return b.String()
 }
 
-// Kernels lists the kernels src declares, in order: a kernel per dtype for
-// each MC_INSTANTIATE line (or _BOUNDS, _GROUP, _DYNAMIC), and one for each
-// MC_ENTRY line (or _GROUP). Parameter and argument lists may be given by
-// object-like macros of src.
+// Kernels lists the kernels src declares (dialect.Declarations), in order:
+// a kernel per dtype for each MC_INSTANTIATE line (or _BOUNDS, _GROUP,
+// _DYNAMIC), and one for each MC_ENTRY line (or _GROUP).
 func Kernels(src string) ([]Kernel, error) {
-	macros := objectMacros(src)
-	expand := func(s string) string {
-		for range 8 { // macros naming macros
-			m, ok := macros[strings.TrimSpace(s)]
-			if !ok {
-				break
-			}
-			s = m
-		}
-		return strings.TrimSpace(s)
-	}
 	var kernels []Kernel
-	for _, line := range declarationLines(src) {
-		macro, rest, _ := strings.Cut(line, "(")
-		args := splitTop(rest[:len(rest)-1])
-		for i := range args {
-			args[i] = expand(args[i])
-		}
+	for _, decl := range dialect.Declarations(src) {
+		args := decl.Args
 		want := map[string]int{"MC_INSTANTIATE": 3, "MC_INSTANTIATE_BOUNDS": 4, "MC_INSTANTIATE_GROUP": 5,
-			"MC_INSTANTIATE_DYNAMIC": 5, "MC_ENTRY": 2, "MC_ENTRY_GROUP": 4}[macro]
+			"MC_INSTANTIATE_DYNAMIC": 5, "MC_ENTRY": 2, "MC_ENTRY_GROUP": 4}[decl.Macro]
 		if want == 0 || len(args) != want {
-			return nil, fmt.Errorf("metal: %q: not a kernel declaration this program knows", line)
+			return nil, fmt.Errorf("metal: %s(%s): not a kernel declaration this program knows", decl.Macro,
+				strings.Join(args, ", "))
 		}
-		name := args[0]
+		name := decl.Name()
 		k := Kernel{Name: name}
 		var bounds, paramList, argList string
 		var extra []string // what the callee takes after id, before the arguments
-		switch macro {
+		switch decl.Macro {
 		case "MC_INSTANTIATE":
 			paramList, argList = args[1], args[2]
 		case "MC_INSTANTIATE_BOUNDS":
@@ -156,22 +138,24 @@ func Kernels(src string) ([]Kernel, error) {
 			}
 			k.MaxThreads = n
 		}
+		var callArgs []string
 		if argList == "" { // MC_ENTRY: the parameters, in order
 			for _, p := range params {
-				argList += ", " + p.Name
+				callArgs = append(callArgs, p.Name)
 			}
-			argList = "(" + strings.TrimPrefix(argList, ", ") + ")"
+		} else {
+			callArgs = dialect.SplitTop(strings.TrimSuffix(strings.TrimPrefix(argList, "("), ")"))
 		}
-		callArgs := append(append([]string{"id"}, extra...), splitTop(strings.TrimSuffix(strings.TrimPrefix(argList, "("), ")"))...)
-		if strings.HasPrefix(macro, "MC_ENTRY") {
+		callArgs = append(append([]string{"id"}, extra...), callArgs...)
+		if !decl.PerDType() {
 			k.call = name + "_impl(" + strings.Join(callArgs, ", ") + ")"
 			kernels = append(kernels, k)
 			continue
 		}
-		for _, d := range dtypes {
+		for i, kname := range decl.KernelNames() {
 			kd := k
-			kd.Name = name + "_" + d.suffix
-			kd.call = name + "<" + d.typ + ">(" + strings.Join(callArgs, ", ") + ")"
+			kd.Name = kname
+			kd.call = name + "<" + dialect.DTypes[i].Type + ">(" + strings.Join(callArgs, ", ") + ")"
 			kernels = append(kernels, kd)
 		}
 	}
@@ -186,7 +170,7 @@ func parseParams(kernel, list string) ([]Param, error) {
 		return nil, fmt.Errorf("metal: kernel %s: parameters %q are not a parenthesized list", kernel, list)
 	}
 	var params []Param
-	for i, p := range splitTop(strings.TrimSuffix(inner, ")")) {
+	for i, p := range dialect.SplitTop(strings.TrimSuffix(inner, ")")) {
 		cut := strings.LastIndexAny(p, " *&")
 		if cut < 0 {
 			return nil, fmt.Errorf("metal: kernel %s: parameter %q has no type", kernel, p)
@@ -202,88 +186,4 @@ func parseParams(kernel, list string) ([]Param, error) {
 		params = append(params, param)
 	}
 	return params, nil
-}
-
-// declarationLines are src's kernel declarations, each joined onto one line:
-// from a line starting MC_INSTANTIATE or MC_ENTRY to its closing parenthesis.
-func declarationLines(src string) []string {
-	var out []string
-	lines := strings.Split(src, "\n")
-	for i := 0; i < len(lines); i++ {
-		if !strings.HasPrefix(lines[i], "MC_INSTANTIATE") && !strings.HasPrefix(lines[i], "MC_ENTRY") {
-			continue
-		}
-		text := lines[i]
-		for depth(text) > 0 && i+1 < len(lines) {
-			i++
-			text += " " + strings.TrimSpace(lines[i])
-		}
-		// keep the invocation alone (an MC_ENTRY's body follows it)
-		end, d := 0, 0
-		for j, c := range text {
-			if c == '(' {
-				d++
-			} else if c == ')' {
-				if d--; d == 0 {
-					end = j + 1
-					break
-				}
-			}
-		}
-		out = append(out, text[:end])
-	}
-	return out
-}
-
-// depth is the parentheses text leaves open.
-func depth(text string) int {
-	return strings.Count(text, "(") - strings.Count(text, ")")
-}
-
-// splitTop splits s at its commas outside parentheses and angle brackets,
-// each part trimmed (nothing for an empty s).
-func splitTop(s string) []string {
-	var parts []string
-	d, start := 0, 0
-	for i, c := range s {
-		switch c {
-		case '(', '<':
-			d++
-		case ')', '>':
-			d--
-		case ',':
-			if d == 0 {
-				parts = append(parts, strings.TrimSpace(s[start:i]))
-				start = i + 1
-			}
-		}
-	}
-	if last := strings.TrimSpace(s[start:]); last != "" || len(parts) > 0 {
-		parts = append(parts, last)
-	}
-	return parts
-}
-
-// objectMacros are src's object-like #defines (continuation lines joined,
-// a trailing comment dropped).
-func objectMacros(src string) map[string]string {
-	macros := map[string]string{}
-	lines := strings.Split(src, "\n")
-	for i := 0; i < len(lines); i++ {
-		rest, ok := strings.CutPrefix(lines[i], "#define ")
-		if !ok {
-			continue
-		}
-		for strings.HasSuffix(rest, "\\") && i+1 < len(lines) {
-			i++
-			rest = strings.TrimSuffix(rest, "\\") + " " + strings.TrimSpace(lines[i])
-		}
-		name, body, _ := strings.Cut(rest, " ")
-		if strings.Contains(name, "(") {
-			continue // function-like
-		}
-		body, _, _ = strings.Cut(body, "//")
-		macros[name] = strings.Join(strings.Fields(body), " ")
-	}
-	return macros
 }
