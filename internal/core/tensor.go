@@ -182,11 +182,7 @@ func CheckOwned(v *View) error {
 	if !ok || v.N == 0 {
 		return nil
 	}
-	p := v.Base
-	if v.Buffer != nil {
-		p = v.Buffer
-	}
-	if err := b.owns(p, int(v.DeviceID)); err != nil {
+	if err := b.owns(v.Base, int(v.DeviceID)); err != nil { // Metal: the buffer
 		return Errorf(ErrInvalidArgument, "%s data %v", v.Name, err)
 	}
 	return nil

@@ -275,8 +275,8 @@ func checkOwned(es []extent, buffers []unsafe.Pointer, deviceType, deviceID int3
 	cpu.Parallel(len(es), 1024, func(lo, hi int, _ *cpu.Scratch) {
 		for i := lo; i < hi; i++ {
 			v := core.View{DeviceType: deviceType, DeviceID: deviceID, N: int(es[i].hi - es[i].lo)}
-			if buffers != nil { // Metal: lo is no address
-				v.Base, v.Buffer = buffers[es[i].at], buffers[es[i].at]
+			if buffers != nil { // Metal: lo is no address; the backend is asked about the buffer
+				v.Base = buffers[es[i].at]
 			} else {
 				v.Base = unsafe.Add(nil, es[i].lo)
 			}
