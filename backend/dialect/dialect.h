@@ -36,6 +36,11 @@ MC_DEVICE float mc_warp_max(float v) {
     return v;
 }
 
+// The shared memory (floats) mc_block_sum and mc_block_max, and
+// mc_block_sum2, take as scratch: a kernel's MC_INSTANTIATE_GROUP size.
+#define MC_BLOCK_SUM_SCRATCH 33
+#define MC_BLOCK_SUM2_SCRATCH 66
+
 // Block-wide reductions; every thread gets the result. scratch holds 33
 // floats of shared memory.
 MC_DEVICE float mc_block_sum(MC_IDS, float v, MC_GROUP float* scratch) {

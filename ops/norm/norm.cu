@@ -77,7 +77,6 @@ MC_DEVICE void rmsnorm_rows(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x
     (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w, MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* rstd, \
      int rows, int cols, float eps)
 #define MC_RMSNORM_FWD_ARGS (x, xs, w, y, ys, rstd, rows, cols, eps)
-#define MC_NORM_SCRATCH 33  // floats of shared memory: mc_block_sum's
 template <class D>
 MC_DEVICE void rmsnorm_fwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* w,
                            MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL float* rstd, int rows, int cols, float eps) {
@@ -89,8 +88,8 @@ MC_DEVICE void rmsnorm_fwd_ahead(MC_IDS, MC_GROUP float* red, MC_GLOBAL const vo
                                  int cols, float eps) {
     rmsnorm_rows<D, true>(id, red, x, xs, w, y, ys, rstd, rows, cols, eps);
 }
-MC_INSTANTIATE_GROUP(rmsnorm_fwd, MC_NORM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
-MC_INSTANTIATE_GROUP(rmsnorm_fwd_ahead, MC_NORM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
+MC_INSTANTIATE_GROUP(rmsnorm_fwd, MC_BLOCK_SUM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
+MC_INSTANTIATE_GROUP(rmsnorm_fwd_ahead, MC_BLOCK_SUM_SCRATCH, , MC_RMSNORM_FWD_PARAMS, MC_RMSNORM_FWD_ARGS)
 
 // ro = x + res rounded to the dtype, written as the pass goes; ss: its
 // sum of squares
@@ -133,7 +132,7 @@ MC_DEVICE void fused_add_rmsnorm_fwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL cons
     rms_write<D>(id, x, inv, (MC_GLOBAL const T*)w_, (MC_GLOBAL T*)y_ + r * ys);
     if (rstd && MC_TID == 0) rstd[r] = inv;
 }
-MC_INSTANTIATE_GROUP(fused_add_rmsnorm_fwd, MC_NORM_SCRATCH, ,
+MC_INSTANTIATE_GROUP(fused_add_rmsnorm_fwd, MC_BLOCK_SUM_SCRATCH, ,
                      (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const void* res, mc_i64 rs, MC_GLOBAL const void* w,
                       MC_GLOBAL void* y, mc_i64 ys, MC_GLOBAL void* ro, mc_i64 ros, MC_GLOBAL float* rstd, int cols,
                       float eps),
@@ -252,8 +251,8 @@ MC_DEVICE void layernorm_fwd_ahead(MC_IDS, MC_GROUP float* red, MC_GLOBAL const 
                                    MC_GLOBAL float* mean, MC_GLOBAL float* rstd, int rows, int cols, float eps) {
     layernorm_rows<D, true>(id, red, x, xs, w, b, y, ys, mean, rstd, rows, cols, eps);
 }
-MC_INSTANTIATE_GROUP(layernorm_fwd, MC_NORM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
-MC_INSTANTIATE_GROUP(layernorm_fwd_ahead, MC_NORM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_fwd, MC_BLOCK_SUM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_fwd_ahead, MC_BLOCK_SUM_SCRATCH, , MC_LAYERNORM_FWD_PARAMS, MC_LAYERNORM_FWD_ARGS)
 
 // Backward (layer: LayerNorm, else RMSNorm, fixed at compile time so
 // RMSNorm keeps no bias sums): block b takes rows [b*rows/P, (b+1)*rows/P)
@@ -457,11 +456,10 @@ MC_NORM_BWD(layernorm_bwd_ahead, true, true)
 // a block always fits (the compiler's own choice, 118-128 registers, is at
 // the edge; one more would leave it 384 threads, every row's pieces past
 // those cached re-read from memory).
-#define MC_NORM_BWD_SCRATCH 66  // mc_block_sum2's
-MC_INSTANTIATE_GROUP(rmsnorm_bwd, MC_NORM_BWD_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE_GROUP(rmsnorm_bwd_ahead, MC_NORM_BWD_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE_GROUP(layernorm_bwd, MC_NORM_BWD_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
-MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_NORM_BWD_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(rmsnorm_bwd, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(rmsnorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_bwd, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
+MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 
 // out[c] = sum over blocks b of partial[b*stride + c]. A block of 256
 // threads takes 32 columns: 8 groups each sum every 8th partial row, then

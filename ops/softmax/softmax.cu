@@ -100,11 +100,10 @@ MC_SOFTMAX_FWD(softmax_fwd_ahead, D, true)
 // instances repeat softmax_fwd's
 MC_SOFTMAX_FWD(softmax_fwd_f32out, F32, false)
 MC_SOFTMAX_FWD(softmax_fwd_f32out_ahead, F32, true)
-#define MC_SOFTMAX_SCRATCH 33  // floats of shared memory: mc_block_sum's
-MC_INSTANTIATE_GROUP(softmax_fwd, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
-MC_INSTANTIATE_GROUP(softmax_fwd_ahead, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
-MC_INSTANTIATE_GROUP(softmax_fwd_f32out, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
-MC_INSTANTIATE_GROUP(softmax_fwd_f32out_ahead, MC_SOFTMAX_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd_ahead, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd_f32out, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_fwd_f32out_ahead, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
 
 // dot = sum(dy * y)
 template <class D> struct Dot {
@@ -151,7 +150,7 @@ MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy
     SoftmaxGrad<D> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
     mc_row_each(id, y, grad);
 }
-MC_INSTANTIATE_GROUP(softmax_bwd, MC_SOFTMAX_SCRATCH, ,
+MC_INSTANTIATE_GROUP(softmax_bwd, MC_BLOCK_SUM_SCRATCH, ,
                      (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx,
                       mc_i64 dxs, int cols),
                      (dy, dys, y, ys, dx, dxs, cols))
