@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"metalcore/internal/core"
 )
 
 // A launch's arguments must match the kernel's parameters as the driver
@@ -27,16 +25,8 @@ func TestLaunchChecksParameters(t *testing.T) {
 	require.ErrorContains(t, unknown.takes("k", make([]uint64, maxParams+1), maxParams+1), "at most 32")
 }
 
-// Sizes beyond the kernels' 32-bit counts are refused with a message, and
 // I32 never truncates.
-func TestThirtyTwoBitSizes(t *testing.T) {
-	require.NoError(t, Fit32("x", 0, math.MaxInt32))
-	err := Fit32("x's rows and columns", 1, math.MaxInt32+1)
-	require.Equal(t, core.ErrInvalidArgument, core.StatusOf(err))
-	require.ErrorContains(t, err, "x's rows and columns: 2147483648")
+func TestI32(t *testing.T) {
 	require.Equal(t, uint64(0xffffffff), I32(-1))
 	require.Panics(t, func() { I32(math.MaxInt32 + 1) })
-	v := core.View{Name: "x", Rows: 1, Cols: math.MaxInt32 + 64}
-	_, err = RowStrides(&v)
-	require.Equal(t, core.ErrInvalidArgument, core.StatusOf(err))
 }

@@ -26,6 +26,9 @@
 // MC_BOUNDS(threads, blocks): a kernel's largest block, and the blocks a
 // multiprocessor should hold at once (its register budget)
 #define MC_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+// MC_INLINE_BYTES: the most a kernel's arguments may take by value (CUDA
+// 12.1+ on sm_70 and later: 32 KB of parameters, less the driver's own)
+#define MC_INLINE_BYTES 32764
 
 typedef unsigned short mc_u16;
 typedef long long mc_i64;

@@ -15,6 +15,9 @@ using namespace metal;
 #define MC_THREAD thread
 #define MC_CONSTANT constant
 #define MC_ALIGN(bytes) alignas(bytes)
+// MC_INLINE_BYTES: the most a kernel's arguments may take by value (an
+// argument set with setBytes)
+#define MC_INLINE_BYTES 4096
 
 typedef ushort mc_u16;
 typedef long mc_i64;

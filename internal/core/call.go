@@ -95,7 +95,12 @@ func (c *Call) AllowInPlace(out, in *View) {
 
 // Done finishes validation: every tensor on one device, an encoder that
 // fits it, no forbidden overlap. It returns the first failure.
-func (c *Call) Done(encoder unsafe.Pointer) error {
+func (c *Call) Done(encoder unsafe.Pointer) error { return c.done(encoder, true) }
+
+// DoneQuery is Done for a size query, which takes no encoder.
+func (c *Call) DoneQuery() error { return c.done(nil, false) }
+
+func (c *Call) done(encoder unsafe.Pointer, encodes bool) error {
 	if c.err != nil {
 		return c.err
 	}
@@ -122,7 +127,7 @@ func (c *Call) Done(encoder unsafe.Pointer) error {
 		if err := SameDevice(all...); err != nil {
 			return err
 		}
-		if err := CheckEncoder(all[0].DeviceType, encoder); err != nil {
+		if err := CheckEncoder(all[0].DeviceType, encoder); encodes && err != nil {
 			return err
 		}
 		for _, v := range all {
@@ -248,10 +253,14 @@ func (c *Call) Workspace(name string, t *Tensor, need int64) *View {
 }
 
 // CheckEncoder fails for an encoder given with CPU tensors (they have no
-// queue).
+// queue) and for none with Metal tensors (metalcore encodes on the host's
+// open compute encoder and has no queue of its own).
 func CheckEncoder(deviceType int32, encoder unsafe.Pointer) error {
-	if deviceType == DeviceCPU && encoder != nil {
+	switch {
+	case deviceType == DeviceCPU && encoder != nil:
 		return Errorf(ErrInvalidArgument, "encoder must be NULL for CPU tensors")
+	case deviceType == DeviceMetal && encoder == nil:
+		return Errorf(ErrInvalidArgument, "encoder is NULL: Metal tensors need the host's open id<MTLComputeCommandEncoder>")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"metalcore/backend/cpu/simd"
 	"metalcore/backend/cuda"
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -37,5 +38,5 @@ func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View) error {
 	args = append(args, cuda.I64(int64(out.N)))
 	pieces := (out.N + 7) / 8
 	blocks := min((pieces+255)/256, 1<<16)
-	return cuda.Backend(cuda.Launch(int(out.DeviceID), enc, cuda.Kernel(name, out.DType), blocks, 256, args...))
+	return cuda.Backend(cuda.Launch(int(out.DeviceID), enc, dialect.Kernel(name, out.DType), blocks, 256, args...))
 }

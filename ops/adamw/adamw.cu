@@ -1,9 +1,10 @@
 // Multi-tensor AdamW: one launch steps up to ADAMW_MAX tensors whose
-// pointers and sizes travel by value in the kernel parameter (about 28 KB:
-// CUDA 12.1+ takes up to 32 KB of parameters on sm_70 and later). Block b
-// steps elements [chunk*ADAMW_CHUNK, ...) of the tensor whose block range
-// holds b.
-#define ADAMW_MAX 512
+// pointers and sizes travel inline, within what the backend passes so
+// (MC_INLINE_BYTES: CUDA 12.1+ takes up to 32 KB of kernel parameters on
+// sm_70 and later, 512 tensors are about 28 KB; Metal's setBytes takes
+// 4 KB, 64 tensors are 3,680 bytes). Block b steps elements
+// [chunk*ADAMW_CHUNK, ...) of the tensor whose block range holds b.
+#define ADAMW_MAX (MC_INLINE_BYTES > 4096 ? 512 : 64)
 #define ADAMW_CHUNK 4096
 // The step's scalars, each formed in double precision on the host and
 // rounded once (ops/adamw: scalars).

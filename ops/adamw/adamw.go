@@ -73,8 +73,11 @@ func scalars(c *Config) simd.AdamW {
 // grads of dtype dt, the state float32 (vmax nil unless amsgrad).
 type group struct {
 	p, g, m, v, vmax unsafe.Pointer
-	n                int
-	dt               core.DType
+	// Metal: the byte offsets of g, p, m, v and vmax into their buffers
+	// (ptr's order)
+	off [5]uint64
+	n   int
+	dt  core.DType
 }
 
 // MaxTensors bounds n_tensors before anything is sized by it: a call's
@@ -196,9 +199,10 @@ func validate(c *Config, l Lists, enc unsafe.Pointer, sc *scratch) ([]group, err
 		if err := core.SameDType(&vs[0], &vs[1]); err != nil {
 			return core.Errorf(core.StatusOf(err), "grads[%d] is %s but params[%d] is %s (mixed dtypes)", i, vs[1].DType, i, vs[0].DType)
 		}
-		groups[i] = group{p: vs[0].Base, g: vs[1].Base, m: vs[2].Base, v: vs[3].Base, n: vs[0].N, dt: vs[0].DType}
+		groups[i] = group{p: vs[0].Base, g: vs[1].Base, m: vs[2].Base, v: vs[3].Base, n: vs[0].N, dt: vs[0].DType,
+			off: [5]uint64{vs[1].Offset, vs[0].Offset, vs[2].Offset, vs[3].Offset}}
 		if nl > 4 {
-			groups[i].vmax = vs[4].Base
+			groups[i].vmax, groups[i].off[4] = vs[4].Base, vs[4].Offset
 		}
 		return nil
 	}

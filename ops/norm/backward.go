@@ -4,6 +4,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -45,7 +46,7 @@ func workspaceBytes(x *core.Tensor, perRow int) (int64, error) {
 	c := core.NewCall()
 	defer c.Free()
 	xv := rowInput(c, "x", x)
-	if err := c.Done(nil); err != nil {
+	if err := c.DoneQuery(); err != nil {
 		return 0, err
 	}
 	blocks, err := partialBlocks(xv, perRow, nil)
@@ -157,4 +158,22 @@ func LayerNormBwd(dy, x, weight, mean, rstd, dx, dweight, dbias, workspace *core
 		return err
 	}
 	return f(b, mv, rv, gs, wsv, enc)
+}
+
+// bwdKernel is the backward kernel for x (ncol 1: RMSNorm, 2: LayerNorm)
+// and its block size. It caches 16 elements a thread (as many 16-byte
+// pieces as an element has bytes); rows of up to 256 threads take the
+// variant fetching the next row ahead (measured on an H100: 1.3-1.6x faster
+// there, up to 1.5x slower for 512-thread rows: its registers leave those
+// blocks fewer threads than they need).
+func bwdKernel(x *core.View, ncol int) (name string, threads int) {
+	name = "rmsnorm_bwd"
+	if ncol == 2 {
+		name = "layernorm_bwd"
+	}
+	threads = dialect.RowThreads(x.Cols, x.DType, x.DType.Size())
+	if threads <= 256 {
+		name += "_ahead"
+	}
+	return dialect.Kernel(name, x.DType), threads
 }

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -40,11 +41,11 @@ func partialBlocksCUDA(x *core.View, perRow int, stream unsafe.Pointer) (int, er
 }
 
 func rmsnormFwdCUDA(x, w, _, y, _, rstd *core.View, eps float32, enc unsafe.Pointer) error {
-	st, err := cuda.RowStrides(x, y)
+	st, err := dialect.RowStrides(x, y)
 	if err != nil {
 		return err
 	}
-	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
+	dev, threads := int(x.DeviceID), dialect.RowThreads(x.Cols, x.DType, 4)
 	name, blocks, err := cuda.RowsAhead(dev, enc, "rmsnorm_fwd", x.DType, x.Rows, threads)
 	if err != nil {
 		return cuda.Backend(err)
@@ -54,21 +55,21 @@ func rmsnormFwdCUDA(x, w, _, y, _, rstd *core.View, eps float32, enc unsafe.Poin
 }
 
 func fusedAddRMSNormFwdCUDA(x, res, w, y, ro, rstd *core.View, eps float32, enc unsafe.Pointer) error {
-	st, err := cuda.RowStrides(x, res, y, ro)
+	st, err := dialect.RowStrides(x, res, y, ro)
 	if err != nil {
 		return err
 	}
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, cuda.Kernel("fused_add_rmsnorm_fwd", x.DType), x.Rows, cuda.RowThreads(x.Cols, x.DType, 4),
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel("fused_add_rmsnorm_fwd", x.DType), x.Rows, dialect.RowThreads(x.Cols, x.DType, 4),
 		cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.Ptr(res.Base), cuda.I64(st[1]), cuda.View(w), cuda.Ptr(y.Base), cuda.I64(st[2]),
 		cuda.Ptr(ro.Base), cuda.I64(st[3]), cuda.View(rstd), cuda.I32(x.Cols), cuda.F32(eps)))
 }
 
 func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe.Pointer) error {
-	st, err := cuda.RowStrides(x, y)
+	st, err := dialect.RowStrides(x, y)
 	if err != nil {
 		return err
 	}
-	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
+	dev, threads := int(x.DeviceID), dialect.RowThreads(x.Cols, x.DType, 4)
 	name, blocks, err := cuda.RowsAhead(dev, enc, "layernorm_fwd", x.DType, x.Rows, threads)
 	if err != nil {
 		return cuda.Backend(err)
@@ -78,29 +79,11 @@ func layernormFwdCUDA(x, w, b, y, mean, rstd *core.View, eps float32, enc unsafe
 		cuda.I32(x.Cols), cuda.F32(eps)))
 }
 
-// bwdKernel is the backward kernel for x (ncol 1: RMSNorm, 2: LayerNorm)
-// and its block size. It caches 16 elements a thread (as many 16-byte
-// pieces as an element has bytes); rows of up to 256 threads take the
-// variant fetching the next row ahead (measured on an H100: 1.3-1.6x faster
-// there, up to 1.5x slower for 512-thread rows: its registers leave those
-// blocks fewer threads than they need).
-func bwdKernel(x *core.View, ncol int) (name string, threads int) {
-	name = "rmsnorm_bwd"
-	if ncol == 2 {
-		name = "layernorm_bwd"
-	}
-	threads = cuda.RowThreads(x.Cols, x.DType, x.DType.Size())
-	if threads <= 256 {
-		name += "_ahead"
-	}
-	return cuda.Kernel(name, x.DType), threads
-}
-
 // normBwdCUDA runs the backward kernel (rmsnorm_bwd or layernorm_bwd) and,
 // when gradients are requested, sums the partials of the workspace into
 // them. mean is nil for RMSNorm.
 func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.View, enc unsafe.Pointer) error {
-	st, err := cuda.RowStrides(b.dy, b.x, b.dx)
+	st, err := dialect.RowStrides(b.dy, b.x, b.dx)
 	if err != nil {
 		return err
 	}
@@ -123,7 +106,7 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 		if g == nil {
 			continue
 		}
-		err := cuda.Launch(dev, enc, cuda.Kernel("column_sum", x.DType), (x.Cols+31)/32, 256,
+		err := cuda.Launch(dev, enc, dialect.Kernel("column_sum", x.DType), (x.Cols+31)/32, 256,
 			cuda.Ptr(unsafe.Add(ws.Base, i*x.Cols*4)), cuda.I32(blocks), cuda.I64(int64(ncol*x.Cols)), cuda.I32(x.Cols), cuda.Ptr(g.Base))
 		if err != nil {
 			return cuda.Backend(err)

@@ -79,7 +79,7 @@ func WorkspaceSize(a *core.Tensor, mode int32) (int64, error) {
 	av := c.In("a", a)
 	var s shapes
 	c.Check(func() (err error) { s, err = inputShapes(av, mode); return })
-	if err := c.Done(nil); err != nil {
+	if err := c.DoneQuery(); err != nil {
 		return 0, err
 	}
 	return workspaceBytes(av, s, mode)

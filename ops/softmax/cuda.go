@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -31,7 +32,7 @@ func init() {
 // variant and grid) takes the row count before the width.
 func rowKernel(name string, enc unsafe.Pointer, ahead bool, vs ...*core.View) error {
 	x := vs[0]
-	strides, err := cuda.RowStrides(vs...)
+	strides, err := dialect.RowStrides(vs...)
 	if err != nil {
 		return err
 	}
@@ -39,8 +40,8 @@ func rowKernel(name string, enc unsafe.Pointer, ahead bool, vs ...*core.View) er
 	for i, v := range vs {
 		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
 	}
-	dev, threads := int(x.DeviceID), cuda.RowThreads(x.Cols, x.DType, 4)
-	kernel, blocks := cuda.Kernel(name, x.DType), x.Rows
+	dev, threads := int(x.DeviceID), dialect.RowThreads(x.Cols, x.DType, 4)
+	kernel, blocks := dialect.Kernel(name, x.DType), x.Rows
 	if ahead {
 		if kernel, blocks, err = cuda.RowsAhead(dev, enc, name, x.DType, x.Rows, threads); err != nil {
 			return cuda.Backend(err)
