@@ -27,7 +27,7 @@ CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: darwin test-darwin test-python python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: msl test-msl darwin test-darwin test-python python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -80,7 +80,7 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: deps test-generated test-cuda-syntax test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python
+test: deps test-generated test-cuda-syntax test-msl test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python
 	@echo "make test: all passed"
 
 # What the tests and benchmarks need from Debian: checked, and installed with
@@ -117,6 +117,17 @@ test-cuda-syntax:
 	cat $(CUDA_SOURCES) > build/kernels.cu
 	clang-14 -x cuda --cuda-gpu-arch=sm_80 --cuda-device-only -nocudainc -nocudalib -std=c++14 -fsyntax-only \
 		-include tests/cuda/nvrtc_builtins.h build/kernels.cu
+
+# the MSL programs the Metal backend compiles at run time, a file an op
+# family, type-checked with clang-14 in C++-for-OpenCL mode against the
+# project's stand-in <metal_stdlib> (tests/metal: our model of MSL, not
+# Apple's compiler; ops/msl_test.go shows that it catches planted errors)
+msl:
+	$(GO) run ./cmd/msl -out build/msl
+test-msl: msl
+	@for f in build/msl/*.metal; do \
+		clang-14 -x clcpp -cl-no-stdinc -fsyntax-only -Wno-unknown-attributes -I tests/metal $$f || exit 1; \
+		echo "MSL ok: $$f"; done
 
 test-go:
 	$(GO) vet ./...

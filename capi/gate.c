@@ -98,4 +98,5 @@ MC_GATED(qr_workspace_size, (cten* a, int32_t mode, int64_t* bytes), (a, mode, b
 MC_GATED(qr, (cten* a, int32_t mode, mc_tensor* q, mc_tensor* r, mc_tensor* workspace, void* encoder),
          (a, mode, q, r, workspace, encoder))
 MC_GATED(cuda_prepare, (int32_t device_id), (device_id))
+MC_GATED(metal_prepare, (void* encoder_or_device), (encoder_or_device))
 MC_GATED(set_cpu_threads, (int32_t n), (n))

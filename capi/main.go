@@ -22,6 +22,7 @@ import (
 
 	"metalcore/backend/cpu"
 	"metalcore/backend/cuda"
+	"metalcore/backend/metal"
 	"metalcore/internal/core"
 )
 
@@ -101,6 +102,11 @@ func mcgo_cuda_prepare(deviceID C.int32_t) C.mc_status {
 		}
 		return cuda.Backend(cuda.Prepare(int(deviceID)))
 	})
+}
+
+//export mcgo_metal_prepare
+func mcgo_metal_prepare(encoderOrDevice unsafe.Pointer) C.mc_status {
+	return call("mc_metal_prepare", func() error { return metal.Prepare(encoderOrDevice) })
 }
 
 // core.Tensor must have mc_tensor's exact layout: these constants fail to

@@ -17,7 +17,14 @@
  *     for each device on first use. Row ops need outer dimensions that
  *     collapse into one strided row index; activations need contiguous
  *     tensors.
- *   - Metal (8): reserved; this build reports it unavailable.
+ *   - Metal tensors (device type 8): data is the id<MTLBuffer> and
+ *     byte_offset the view's offset into it (DLPack's convention); the encoder
+ *     argument is the host's open id<MTLComputeCommandEncoder>. metalcore sets
+ *     pipelines, buffers and bytes and dispatches on it, with a buffer-scope
+ *     memory barrier between its own dependent dispatches; it never ends the
+ *     encoder, commits or waits. macOS only (mc_backend_available(8) is 0
+ *     elsewhere); every buffer's length and device are checked before
+ *     anything is encoded. AdamW needs Metal 3 (buffers' GPU addresses).
  *
  * Every op returns an mc_status. On any status other than MC_OK no output byte
  * was written and nothing was enqueued; mc_last_error() then names the
@@ -51,7 +58,7 @@ extern "C" {
  * functions, enum values and struct types are never removed or changed, so a
  * host built against an older minor version runs with a newer library. */
 #define MC_VERSION_MAJOR 0
-#define MC_VERSION_MINOR 3
+#define MC_VERSION_MINOR 4
 #define MC_VERSION_PATCH 0
 
 typedef enum {
@@ -225,6 +232,12 @@ mc_status mc_qr(const mc_tensor* a, int32_t mode, mc_tensor* q, mc_tensor* r,
  * capturing metalcore calls into a CUDA graph: a call that would need to load
  * a module while its stream is capturing fails instead. */
 mc_status mc_cuda_prepare(int32_t device_id);
+
+/* ---- Metal -----------------------------------------------------------------
+ * Compile every kernel's pipeline now for the device of encoder_or_device
+ * (an id<MTLComputeCommandEncoder> or an id<MTLDevice>); otherwise each is
+ * compiled from the library's MSL on its first use. */
+mc_status mc_metal_prepare(void* encoder_or_device);
 
 #endif /* METALCORE_TYPES_ONLY */
 

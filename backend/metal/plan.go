@@ -301,26 +301,30 @@ func ValueSize(typ string) int {
 	return 0
 }
 
+// Family is an op family's kernel source, which the runtime compiles as one
+// MSL program (Program).
+type Family struct{ Name, Source string }
+
 var (
 	registry   sync.Mutex
-	families   []string
+	families   []Family
 	kernelsBy  map[string]Kernel
 	registryOK error
 )
 
 // Register adds an op family's kernel source (from its metal.go's init).
-func Register(src string) {
+func Register(name, src string) {
 	registry.Lock()
 	defer registry.Unlock()
-	families = append(families, src)
+	families = append(families, Family{name, src})
 	kernelsBy = nil
 }
 
-// Families are the registered op families' sources.
-func Families() []string {
+// Families are the registered op families.
+func Families() []Family {
 	registry.Lock()
 	defer registry.Unlock()
-	return append([]string(nil), families...)
+	return append([]Family(nil), families...)
 }
 
 // lookup is a registered kernel's declaration.
@@ -329,8 +333,8 @@ func lookup(name string) (Kernel, error) {
 	defer registry.Unlock()
 	if kernelsBy == nil {
 		kernelsBy, registryOK = map[string]Kernel{}, nil
-		for _, src := range families {
-			ks, err := Kernels(src)
+		for _, f := range families {
+			ks, err := Kernels(f.Source)
 			if err != nil {
 				registryOK = err
 			}
@@ -347,36 +351,4 @@ func lookup(name string) (Kernel, error) {
 		return Kernel{}, fmt.Errorf("no Metal kernel %s", name)
 	}
 	return k, nil
-}
-
-// CheckBuffers is the runtime's check of a plan against its buffers before
-// anything is encoded: each bound or resident buffer is lengthOf bytes long
-// (which must cover what the commands touch) and on the encoder's device.
-func CheckBuffers(commands []Command, lengthOf func(buffer unsafe.Pointer) uint64, onDevice func(buffer unsafe.Pointer) bool) error {
-	check := func(kernel string, buffer unsafe.Pointer, hi uint64) error {
-		if buffer == nil {
-			return nil
-		}
-		if !onDevice(buffer) {
-			return core.Errorf(core.ErrInvalidArgument, "%s: buffer %p is not memory of the encoder's device", kernel, buffer)
-		}
-		if n := lengthOf(buffer); hi > n {
-			return core.Errorf(core.ErrInvalidArgument, "%s: buffer %p is %d bytes long, the tensor's view reaches byte %d",
-				kernel, buffer, n, hi)
-		}
-		return nil
-	}
-	for _, c := range commands {
-		for _, b := range c.Buffers {
-			if err := check(c.Kernel, b.Buffer, b.Hi); err != nil {
-				return err
-			}
-		}
-		for _, r := range c.Resources {
-			if err := check(c.Kernel, r.Buffer, r.Hi); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -86,17 +86,14 @@ func init() {
 
 // Source is the MSL program (one op family's) that defines kernel.
 func Source(kernel string) (string, error) {
-	registry.Lock()
-	srcs := append([]string(nil), families...)
-	registry.Unlock()
-	for _, src := range srcs {
-		ks, err := Kernels(src)
+	for _, f := range Families() {
+		ks, err := Kernels(f.Source)
 		if err != nil {
 			return "", err
 		}
 		for _, k := range ks {
 			if k.Name == kernel {
-				prog, _, err := Program(src)
+				prog, _, err := Program(f.Source)
 				return prog, err
 			}
 		}
@@ -107,8 +104,8 @@ func Source(kernel string) (string, error) {
 // AllKernels names every registered kernel, sorted.
 func AllKernels() ([]string, error) {
 	var names []string
-	for _, src := range Families() {
-		ks, err := Kernels(src)
+	for _, f := range Families() {
+		ks, err := Kernels(f.Source)
 		if err != nil {
 			return nil, err
 		}

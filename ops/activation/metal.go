@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	metal.Register(kernels)
+	metal.Register("activation", kernels)
 	fwd.Register(core.DeviceMetal, func(x, y *core.View, kernel string, _ func(*simd.Table) func(dst, x []float32), enc unsafe.Pointer) error {
 		return elementwiseMetal(kernel, enc, x, y)
 	})

@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	metal.Register(kernels)
+	metal.Register("adamw", kernels)
 	step.Register(core.DeviceMetal, stepMetal)
 }
 

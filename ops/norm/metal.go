@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	metal.Register(kernels)
+	metal.Register("norm", kernels)
 	rmsnormFwd.Register(core.DeviceMetal, rmsnormFwdMetal)
 	fusedAddRMSNormFwd.Register(core.DeviceMetal, fusedAddRMSNormFwdMetal)
 	layernormFwd.Register(core.DeviceMetal, layernormFwdMetal)

@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	metal.Register(kernels)
+	metal.Register("qr", kernels)
 	factorize.Register(core.DeviceMetal, qrMetal)
 	workspaceSize.Register(core.DeviceMetal, func(s shapes, mode int32, _ int) (int64, error) {
 		return gpuWorkspaceBytes(s, mode, metalDevice), nil

@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	metal.Register(kernels)
+	metal.Register("softmax", kernels)
 	fwd.Register(core.DeviceMetal, func(x, y *core.View, enc unsafe.Pointer) error {
 		name := "softmax_fwd"
 		if y.DType != x.DType {

@@ -33,7 +33,7 @@ static int failures;
     X(mc_rmsnorm_fwd) X(mc_rmsnorm_bwd_workspace_size) X(mc_rmsnorm_bwd)            \
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
-    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
+    X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
@@ -390,6 +390,14 @@ static void check_bad_inputs(void) {
     expect_failure("CUDA x", p_mc_softmax_fwd(&x.t, &y.t, NULL),
                    p_mc_backend_available(MC_DEVICE_CUDA) ? MC_ERR_INVALID_ARGUMENT : MC_ERR_UNSUPPORTED_DEVICE, "CUDA",
                    &y, before);
+    x.t.device.device_type = MC_DEVICE_METAL; /* off macOS: unavailable, saying why */
+    if (!p_mc_backend_available(MC_DEVICE_METAL)) {
+        int encoder = 0;
+        y.t.device.device_type = MC_DEVICE_METAL;
+        expect_failure("Metal x", p_mc_rmsnorm_fwd(&x.t, NULL, 1e-5f, &y.t, NULL, &encoder), MC_ERR_UNSUPPORTED_DEVICE,
+                       "macOS", &y, before);
+        y.t.device.device_type = MC_DEVICE_CPU;
+    }
     x.t.device.device_type = MC_DEVICE_CPU;
     x.t.dtype.bits = 64;
     expect_failure("float64 x", p_mc_gelu_fwd(&x.t, 0, &y.t, NULL), MC_ERR_UNSUPPORTED_DTYPE, "x", &y, before);
@@ -549,6 +557,11 @@ int main(int argc, char** argv) {
         printf("abi_test: CUDA unavailable: %s\n", p_mc_last_error());
     } else {
         CHECK(p_mc_cuda_prepare(0) == MC_OK, "mc_cuda_prepare(0): %s", p_mc_last_error());
+    }
+    if (!p_mc_backend_available(MC_DEVICE_METAL)) { /* not macOS */
+        int dummy = 0;
+        CHECK(p_mc_metal_prepare(&dummy) == MC_ERR_UNSUPPORTED_DEVICE, "Metal prepare off macOS");
+        CHECK(strstr(p_mc_last_error(), "macOS") != NULL, "Metal prepare message: %s", p_mc_last_error());
     }
     srand(1);
     int64_t shapes[][2] = {{1, 1}, {3, 7}, {4, 33}, {2, 1030}, {5, 4096}, {1, 9001}, {64, 96}};

@@ -12,7 +12,7 @@ import torch
 # The library version this package is written for (MC_VERSION_MAJOR, and the
 # MC_VERSION_MINOR that added the last function it calls): a library of
 # another major, or an older minor, is refused.
-ABI_MAJOR, ABI_MINOR = 0, 3
+ABI_MAJOR, ABI_MINOR = 0, 4
 
 log = logging.getLogger("metalcore")
 if os.environ.get("METALCORE_LOG", "").lower() == "debug":
@@ -124,6 +124,7 @@ _SIGNATURES = {
     "mc_qr_workspace_size": (_I32, [_T, _I32, ctypes.POINTER(_I64)]),
     "mc_qr": (_I32, [_T, _I32, _T, _T, _T, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),
+    "mc_metal_prepare": (_I32, [ctypes.c_void_p]),
     "mc_cpu_threads": (_I32, []), "mc_set_cpu_threads": (_I32, [_I32]), "mc_cpu_isa": (ctypes.c_char_p, []),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
