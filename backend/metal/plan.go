@@ -352,3 +352,34 @@ func lookup(name string) (Kernel, error) {
 	}
 	return k, nil
 }
+// CheckBuffers is the runtime's check of a plan against its buffers before
+// anything is encoded: each bound or resident buffer is lengthOf bytes long
+// (which must cover what the commands touch) and on the encoder's device.
+func CheckBuffers(commands []Command, lengthOf func(buffer unsafe.Pointer) uint64, onDevice func(buffer unsafe.Pointer) bool) error {
+	check := func(kernel string, buffer unsafe.Pointer, hi uint64) error {
+		if buffer == nil {
+			return nil
+		}
+		if !onDevice(buffer) {
+			return core.Errorf(core.ErrInvalidArgument, "%s: buffer %p is not memory of the encoder's device", kernel, buffer)
+		}
+		if n := lengthOf(buffer); hi > n {
+			return core.Errorf(core.ErrInvalidArgument, "%s: buffer %p is %d bytes long, the tensor's view reaches byte %d",
+				kernel, buffer, n, hi)
+		}
+		return nil
+	}
+	for _, c := range commands {
+		for _, b := range c.Buffers {
+			if err := check(c.Kernel, b.Buffer, b.Hi); err != nil {
+				return err
+			}
+		}
+		for _, r := range c.Resources {
+			if err := check(c.Kernel, r.Buffer, r.Hi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
