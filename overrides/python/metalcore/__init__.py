@@ -18,7 +18,7 @@ __version__ = lib.mc_version_string().decode()
 
 def backends():
     """The device types this machine can run metalcore on."""
-    return [d for d in ("cpu", "cuda") if available(d)]
+    return [d for d in ("cpu", "cuda") if available(d)] + (["mps"] if _lib._mps_route()[0] else [])
 
 
 def call_counts():
@@ -47,7 +47,10 @@ def info():
     ops are registered with torch.library, and what is patched now."""
     why = {}
     for device, code in _lib.DEVICES.items():
-        if available(device):
+        if device == "mps":  # PyTorch's MPS stream: the library's Metal backend and libtorch's symbols
+            route, reason = _lib._mps_route()
+            why[device] = "available" if route else "unavailable: " + reason
+        elif available(device):
             why[device] = "available"
         elif _lib.forked():
             why[device] = "unavailable: this process was forked after metalcore was loaded"

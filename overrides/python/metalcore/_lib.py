@@ -9,6 +9,8 @@ import warnings
 
 import torch
 
+from . import _mps
+
 # The library version this package is written for (MC_VERSION_MAJOR, and the
 # MC_VERSION_MINOR that added the last function it calls): a library of
 # another major, or an older minor, is refused.
@@ -64,7 +66,7 @@ class Tensor(ctypes.Structure):
 
 
 DTYPES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.uint8: (1, 8)}
-DEVICES = {"cpu": 1, "cuda": 2}
+DEVICES = {"cpu": 1, "cuda": 2, "mps": 8}
 
 
 _ARRAYS = [ctypes.c_int64 * n for n in range(1, 33)]  # building array types per call is slow
@@ -78,7 +80,8 @@ def describe(t):
     arr = _ARRAYS[max(t.dim(), 1) - 1]
     shape = arr(*t.shape)
     strides = None if t.is_contiguous() else arr(*t.stride())  # NULL: row-major contiguous
-    d = Tensor(t.data_ptr(), DEVICES[t.device.type], t.device.index or 0, t.dim(), code, bits, 1, shape, strides, 0)
+    data, offset = (_mps.buffer_and_offset(t) if t.device.type == "mps" else (t.data_ptr(), 0))
+    d = Tensor(data, DEVICES[t.device.type], t.device.index or 0, t.dim(), code, bits, 1, shape, strides, offset)
     d._keep = (shape, strides)
     return ctypes.byref(d)
 
@@ -87,6 +90,8 @@ def encoder(t):
     """The queue to encode on: the tensor's device's current stream, or NULL on the CPU."""
     if t.is_cuda:
         return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+    if t.device.type == "mps":  # PyTorch's current compute encoder (see _mps)
+        return ctypes.c_void_p(_mps_route()[0].encoder())
     return None
 
 
@@ -193,7 +198,16 @@ _constant = getattr(getattr(torch, "compiler", None), "assume_constant_result", 
 
 @_constant
 def _backend(device_type):
+    if device_type == "mps":
+        route, why = _mps_route()
+        if route is None:
+            _mps.warn_unavailable(why)
+        return route is not None
     return device_type in DEVICES and bool(lib.mc_backend_available(DEVICES[device_type]))
+
+
+def _mps_route():
+    return _mps.probe(bool(lib.mc_backend_available(DEVICES["mps"])))
 
 
 @functools.lru_cache(maxsize=None)
