@@ -15,11 +15,7 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	fwd.Register(core.DeviceCUDA, func(x, y *core.View, enc unsafe.Pointer) error {
-		name := "softmax_fwd"
-		if y.DType != x.DType {
-			name = "softmax_fwd_f32out"
-		}
-		return rowKernel(name, enc, true, x, y)
+		return rowKernel(fwdKernel(x, y), enc, true, x, y)
 	})
 	bwd.Register(core.DeviceCUDA, func(dy, y, dx *core.View, enc unsafe.Pointer) error {
 		return rowKernel("softmax_bwd", enc, false, dy, y, dx)

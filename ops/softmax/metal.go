@@ -11,11 +11,7 @@ import (
 func init() {
 	metal.Register("softmax", kernels)
 	fwd.Register(core.DeviceMetal, func(x, y *core.View, enc unsafe.Pointer) error {
-		name := "softmax_fwd"
-		if y.DType != x.DType {
-			name = "softmax_fwd_f32out"
-		}
-		return rowKernelMetal(name, enc, true, x, y)
+		return rowKernelMetal(fwdKernel(x, y), enc, true, x, y)
 	})
 	bwd.Register(core.DeviceMetal, func(dy, y, dx *core.View, enc unsafe.Pointer) error {
 		return rowKernelMetal("softmax_bwd", enc, false, dy, y, dx)

@@ -55,3 +55,12 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 	}
 	return f(dyv, yv, dxv, enc)
 }
+
+// fwdKernel is the GPU forward kernel for x and y: a float32 y of a 16-bit
+// x takes the kernel that writes float32.
+func fwdKernel(x, y *core.View) string {
+	if y.DType != x.DType {
+		return "softmax_fwd_f32out"
+	}
+	return "softmax_fwd"
+}
