@@ -19,8 +19,14 @@ MC_MINOR := $(shell sed -n 's/^\#define MC_VERSION_MINOR //p' include/metalcore.
 MC_PATCH := $(shell sed -n 's/^\#define MC_VERSION_PATCH //p' include/metalcore.h)
 VERSION := $(MC_MAJOR).$(MC_MINOR).$(MC_PATCH)
 SONAME  := libmetalcore.so.$(MC_MAJOR)
-# the SONAME, and only the header's functions exported (capi/exports.map)
+# the SONAME, and only the header's functions exported (capi/exports.map);
+# on a Mac, a plain dylib (Apple's linker has neither flag)
 LIB_LDFLAGS := -extldflags=-Wl,-soname,$(SONAME),--version-script=$(CURDIR)/capi/exports.map
+ifeq ($(shell uname -s),Darwin)
+LIB         := build/libmetalcore.dylib
+PYLIB       := overrides/python/metalcore/libmetalcore.dylib
+LIB_LDFLAGS :=
+endif
 SOURCES := $(shell find capi backend internal ops include -type f -name '*.[goch]*' ! -name '*_test.go') go.mod go.sum capi/default.pgo capi/exports.map Makefile
 CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # every package with tests in a pure-Go arm64 build (the c-shared entry point

@@ -352,6 +352,7 @@ func lookup(name string) (Kernel, error) {
 	}
 	return k, nil
 }
+
 // CheckBuffers is the runtime's check of a plan against its buffers before
 // anything is encoded: each bound or resident buffer is lengthOf bytes long
 // (which must cover what the commands touch) and on the encoder's device.

@@ -5,6 +5,7 @@ import functools
 import logging
 import os
 import pathlib
+import sys
 import warnings
 
 import torch
@@ -23,7 +24,8 @@ if os.environ.get("METALCORE_LOG", "").lower() == "debug":
         log.addHandler(logging.StreamHandler())
 
 _HERE = pathlib.Path(__file__).resolve().parent
-_REPO_BUILD = _HERE.parents[2] / "build" / "libmetalcore.so"
+_NAME = "libmetalcore.dylib" if sys.platform == "darwin" else "libmetalcore.so"
+_REPO_BUILD = _HERE.parents[2] / "build" / _NAME
 
 
 def _find():
@@ -37,14 +39,14 @@ def _find():
         except OSError as e:
             raise ImportError(f"metalcore: METALCORE_LIBRARY={env} cannot be loaded: {e}") from None
     tried = []
-    for path in (_HERE / "libmetalcore.so", _REPO_BUILD):
+    for path in (_HERE / _NAME, _REPO_BUILD):
         tried.append(str(path))
         if path.is_file():
             try:
                 return ctypes.CDLL(str(path))
             except OSError as e:
                 tried[-1] += f" ({e})"
-    raise ImportError("metalcore: libmetalcore.so not found or not loadable; looked at: " + ", ".join(tried) +
+    raise ImportError(f"metalcore: {_NAME} not found or not loadable; looked at: " + ", ".join(tried) +
                       ". Build it with `make` in the metalcore repository, or set METALCORE_LIBRARY.")
 
 
