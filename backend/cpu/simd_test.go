@@ -341,37 +341,43 @@ func TestUseRejectsUnknown(t *testing.T) {
 }
 
 // Blocked QR's panel products, in every implementation, against float64:
-// W = V^T C over a column chunk of C (leading dimension past it), then
-// C += V W, for row counts the tiles do not divide and jb of 4 and 32.
+// W += V^T C over a column chunk of C (leading dimensions past both V's
+// columns and the chunk) for any
+// row count, then C += V W for that count rounded up to the kernel's tile,
+// widths of one tile to eight and jb of one tile row to 32.
 func TestPanelProducts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
 	for _, k := range allTables(t) {
-		tile := 2 * max(k.Lanes, 1)
-		for _, sh := range [][3]int{{1, 4, 1}, {7, 4, 2}, {33, 32, 3}, {130, 32, 8}} {
-			rows, jb, cw := sh[0], sh[1], sh[2]*tile
-			ld := cw + 5
-			v, c := randv(rng, rows*jb+3), randv(rng, rows*ld)
+		tile, pr := 2*max(k.Lanes, 1), k.PanelRows
+		for _, sh := range [][3]int{{1, 1, 1}, {7, 1, 2}, {33, 32, 3}, {130, 32, 8}, {3, 16, 1}} {
+			jb, cw := (sh[1]+pr-1)/pr*pr, sh[2]*tile
+			vtcRows, rows := sh[0], (sh[0]+pr-1)/pr*pr
+			ld, ldv := cw+5, rows+3
+			v, c := randv(rng, jb*ldv), randv(rng, rows*ld)
 			w := randv(rng, jb*cw)
-			k.VtC(w, v, jb, c, ld, rows, cw)
 			want := make([]float64, jb*cw)
-			for r := range rows {
+			for i, x := range w {
+				want[i] = float64(x)
+			}
+			k.VtC(w, v, ldv, jb, c, ld, vtcRows, cw)
+			for r := range vtcRows {
 				for p := range jb {
 					for x := range cw {
-						want[p*cw+x] += float64(v[r*jb+p]) * float64(c[r*ld+x])
+						want[p*cw+x] += float64(v[p*ldv+r]) * float64(c[r*ld+x])
 					}
 				}
 			}
 			for i, g := range w {
-				require.InDelta(t, want[i], float64(g), 1e-5*float64(rows), "%s VtC %v [%d]", k.Name, sh, i)
+				require.InDelta(t, want[i], float64(g), 1e-5*float64(vtcRows+1), "%s VtC %v [%d]", k.Name, sh, i)
 			}
 			before := append([]float32(nil), c...)
-			k.AddVW(c, ld, rows, cw, v, jb, w)
+			k.AddVW(c, ld, rows, cw, v, ldv, jb, w)
 			for r := range rows {
 				for x := range ld {
 					i, wantC := r*ld+x, float64(before[r*ld+x])
 					if x < cw {
 						for p := range jb {
-							wantC += float64(v[r*jb+p]) * float64(w[p*cw+x])
+							wantC += float64(v[p*ldv+r]) * float64(w[p*cw+x])
 						}
 					}
 					require.InDelta(t, wantC, float64(c[i]), 1e-4*float64(rows*jb)/8+1e-5, "%s AddVW %v [%d][%d]", k.Name, sh, r, x)

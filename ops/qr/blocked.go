@@ -7,192 +7,231 @@ import (
 )
 
 // Blocked Householder QR on the CPU (LAPACK's geqrf and orgqr in compact WY
-// form) for matrices whose min(m, n) exceeds blockedMin: each panel of
-// blockWidth columns is factored column by column, then applied to the
-// trailing columns as two matrix products, W = V^T C and C -= V op(T) W,
-// split across the workers by column chunks. Variables so that the tests
-// can send small matrices through several panels.
+// form) for matrices whose min(m, n) exceeds blockedMin. Each panel of
+// blockWidth columns is copied out transposed (its columns contiguous) and
+// factored there a reflector at a time; then the trailing columns take the
+// panel's reflectors as three products on the simd panel kernels,
+// W = V^T C, W' = -op(T) W, C += V W', column chunks split across the
+// workers. q is formed the same way, panels applied backwards to the
+// identity.
+//
+// The working copies are padded so that every product runs on whole
+// kernel tiles: rows to a multiple of the kernel's PanelRows, the panel's
+// width likewise (zero reflectors), and a row stride leaving room for the
+// last column tile; the padding holds zeros, which every product keeps.
+// Variables so that the tests can send small matrices through several
+// panels.
 var (
-	blockedMin = 128
+	blockedMin = 64
 	blockWidth = 32
 )
 
-// maxBlockWidth bounds blockWidth (buildT's products live on the stack).
-const maxBlockWidth = 64
+// cpuPanelWidth is the panel width for min(m, n) = k: a quarter of blockWidth
+// up to midSize, where the panels' own factorization, one reflector at a
+// time, is most of the work (bench/qr.md has the measurements).
+func cpuPanelWidth(k int) int {
+	if k <= midSize {
+		return max(blockWidth/4, 1)
+	}
+	return blockWidth
+}
 
-// chunkCols is the columns a worker updates at a time: W (blockWidth rows of
-// it) stays in L1.
-const chunkCols = 256
+// midSize is the largest min(m, n) of a mid-size matrix (a variable for
+// the tests).
+var midSize = 256
+
+// chunkCols is the columns a worker updates at a time and rowBlock the rows
+// of C one VtC call streams: W (blockWidth x chunkCols) stays in L1 and a
+// rowBlock x chunkCols block of C in L2 while VtC passes over it once per
+// PanelRows reflectors.
+const (
+	chunkCols = 256
+	rowBlock  = 256
+)
 
 // Scratch slots of the blocked path (after factor's).
 const (
-	bufPanelV = iota + bufR + 1 // the panel's reflectors, row-major with explicit 1s and 0s
+	bufPanels = iota + bufR + 1 // every panel's reflectors, by columns with explicit 1s and 0s
 	bufT                        // every panel's T
-	bufPanel                    // W and op(T) W of one column chunk
+	bufPanel                    // W and W' of one column chunk
 )
+
+// grid is a matrix's padded working layout.
+type grid struct {
+	rowTile, colTile int // the panel kernel's tile: rows, and columns (a multiple of)
+}
+
+func gridOf(k *simd.Table) grid { return grid{k.PanelRows, 2 * max(k.Lanes, 1)} }
+
+func (g grid) rows(n int) int { return (n + g.rowTile - 1) / g.rowTile * g.rowTile }
+
+// stride is the row stride of a working copy of n columns: room for the
+// last tile of any column range, and whole cache lines.
+func (g grid) stride(n int) int { return (n + g.colTile + 15) &^ 15 }
 
 // factorBlocked is factor for large matrices; inner says whether to split
 // the trailing updates across the workers (the batch is not already).
 func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inner bool) {
-	m, n, nb := s.m, s.n, blockWidth
-	a := sc.Buf(bufA, m*n)
-	copy(a, cpu.TensorSpan(av).At(b*m*n).Load(0, a))
-	v := sc.Buf(bufV, m+4)          // padded for the vector broadcasts
-	pv := sc.Buf(bufPanelV, m*nb+4) // padded: VtC and AddVW broadcast from it
-	w := sc.Buf(bufW, max(m, n))
-	tau := sc.Buf(bufTau, s.k)
+	k := cpu.K()
+	g := gridOf(k)
+	m, n, nb := s.m, s.n, cpuPanelWidth(s.k)
+	nbp := g.rows(nb)
+	lda, height := g.stride(n), m+g.rowTile // the last panel's rows rounded up stay inside
+	a := sc.Buf(bufA, height*lda)
+	in := cpu.TensorSpan(av).At(b * m * n)
+	for i := range m {
+		row := a[i*lda : (i+1)*lda]
+		copy(row, in.At(i*n).Load(0, row[:n]))
+		clear(row[n:])
+	}
+	clear(a[m*lda:])
 	panels := (s.k + nb - 1) / nb
-	ts := sc.Buf(bufT, panels*nb*nb)
+	vs := sc.Buf(bufPanels, panels*nbp*g.rows(m))
+	ts := sc.Buf(bufT, panels*nbp*nbp)
+	top := sc.Buf(bufW, nbp*nbp)
+	tau := sc.Buf(bufTau, s.k)
+	// panel i: its reflectors v (nbp columns of g.rows(m - k0) floats) and T
+	panel := func(k0 int) (v, t []float32, ldv int) {
+		i := k0 / nb
+		ldv = g.rows(m - k0)
+		return vs[i*nbp*g.rows(m):][:nbp*ldv], ts[i*nbp*nbp : (i+1)*nbp*nbp], ldv
+	}
 	for k0 := 0; k0 < s.k; k0 += nb {
 		jb := min(nb, s.k-k0)
-		geqr2(a, m, n, k0, k0+jb, k0+jb, tau, v, w) // the panel only
-		vr := reflectors(a, m, n, k0, jb, pv)
-		t := ts[k0/nb*nb*nb : (k0/nb+1)*nb*nb]
-		buildT(t, vr, m-k0, jb, tau[k0:k0+jb])
-		applyBlock(a[k0*n:], n, m-k0, k0+jb, n, vr, t, jb, true, inner, sc)
+		v, t, ldv := panel(k0)
+		factorPanel(k, a[k0*lda+k0:], lda, m-k0, jb, v, ldv, nbp, tau[k0:k0+jb], t)
+		if k0+jb < n {
+			applyBlock(a[k0*lda:], lda, ldv, k0+jb, n, v, ldv, negOp(top, t, nbp, true), nbp, g, inner, sc)
+		}
 	}
-	storeR(s, b, a, rv, sc)
+	storeR(s, b, a, lda, rv, sc)
 	if qv == nil {
 		return
 	}
 	qc := s.qCols
-	qm := eye(sc.Buf(bufQ, m*qc), m, qc)
-	for k0 := (panels - 1) * nb; k0 >= 0; k0 -= nb {
-		jb := min(nb, s.k-k0)
-		vr := reflectors(a, m, n, k0, jb, pv)
-		applyBlock(qm[k0*qc:], qc, m-k0, k0, qc, vr, ts[k0/nb*nb*nb:], jb, false, inner, sc)
+	ldq := g.stride(qc)
+	qm := sc.Buf(bufQ, height*ldq)
+	clear(qm)
+	for i := range min(m, qc) {
+		qm[i*ldq+i] = 1
 	}
-	cpu.TensorSpan(qv).At(b*m*qc).Store(0, qm)
+	for k0 := (panels - 1) * nb; k0 >= 0; k0 -= nb {
+		v, t, ldv := panel(k0)
+		applyBlock(qm[k0*ldq:], ldq, ldv, k0, qc, v, ldv, negOp(top, t, nbp, false), nbp, g, inner, sc)
+	}
+	out := cpu.TensorSpan(qv).At(b * m * qc)
+	for i := range m {
+		out.At(i*qc).Store(0, qm[i*ldq:i*ldq+qc])
+	}
 }
 
-// reflectors copies the panel's reflectors (below the diagonal of columns
-// k0.., the implicit 1 on it, 0 above) into buf as (m-k0) x jb row-major.
-func reflectors(a []float32, m, n, k0, jb int, buf []float32) []float32 {
-	vr := buf[:(m-k0)*jb]
-	for r := range m - k0 {
-		for p := range jb {
-			x := float32(0)
-			switch {
-			case r == p:
-				x = 1
-			case r > p:
-				x = a[(k0+r)*n+k0+p]
-			}
-			vr[r*jb+p] = x
+// factorPanel factors the rows x jb panel at a (row stride lda; LAPACK's
+// geqr2) in v, where it is copied by columns (nbp columns of ldv floats, so
+// that each reflector and the columns it updates are contiguous): R's part
+// goes back to a, and v is left holding the reflectors (1 on the diagonal,
+// zeros above it and past rows and jb) and t their T (nbp x nbp).
+func factorPanel(k *simd.Table, a []float32, lda, rows, jb int, v []float32, ldv, nbp int, tau, t []float32) {
+	clear(v[:nbp*ldv])
+	for p := range jb {
+		col := v[p*ldv : p*ldv+rows]
+		for r := range rows {
+			col[r] = a[r*lda+p]
 		}
 	}
-	return vr
+	for j := range jb {
+		h := v[j*ldv+j : j*ldv+rows]
+		tau[j] = householder(h, 1, rows-j)
+		if tau[j] == 0 {
+			continue
+		}
+		beta := h[0]
+		h[0] = 1
+		for c := j + 1; c < jb; c++ {
+			x := v[c*ldv+j : c*ldv+rows]
+			k.Axpy(x, h, -tau[j]*k.Dot(h, x))
+		}
+		h[0] = beta
+	}
+	for p := range jb {
+		col := v[p*ldv : p*ldv+rows]
+		for r := range min(p+1, rows) {
+			a[r*lda+p] = col[r] // R's entries
+			col[r] = 0
+		}
+		if p < rows {
+			col[p] = 1
+		}
+	}
+	buildT(k, t, v, ldv, rows, jb, nbp, tau)
 }
 
-// buildT is LAPACK's slarft (forward, columnwise) into t (jb x jb of a
-// blockWidth-wide array): T[j][j] = tau_j, T[0:j, j] = -tau_j T[0:j, 0:j]
-// (V^T v_j), so that H_0 ... H_jb-1 = I - V T V^T.
-func buildT(t, vr []float32, rows, jb int, tau []float32) {
-	nb := blockWidth
-	clear(t[:nb*nb])
+// buildT is LAPACK's slarft (forward, columnwise) into t (nbp x nbp):
+// T[j][j] = tau_j, T[0:j, j] = -tau_j T[0:j, 0:j] (V^T v_j), so that
+// H_0 ... H_jb-1 = I - V T V^T; V's columns are v's (1 on the diagonal,
+// zero above it).
+func buildT(k *simd.Table, t, v []float32, ldv, rows, jb, nbp int, tau []float32) {
+	clear(t[:nbp*nbp])
 	var z [maxBlockWidth]float64
 	for j := range jb {
-		for p := range j {
-			var d float64
-			for r := j; r < rows; r++ { // v_j is zero above row j
-				d += float64(vr[r*jb+p]) * float64(vr[r*jb+j])
-			}
-			z[p] = d
+		vj := v[j*ldv+j : j*ldv+rows]
+		for p := range j { // v_j is zero above row j
+			z[p] = float64(k.Dot(v[p*ldv+j:p*ldv+rows], vj))
 		}
 		for p := range j {
 			var d float64
 			for q := p; q < j; q++ {
-				d += float64(t[p*nb+q]) * z[q]
+				d += float64(t[p*nbp+q]) * z[q]
 			}
-			t[p*nb+j] = float32(-float64(tau[j]) * d)
+			t[p*nbp+j] = float32(-float64(tau[j]) * d)
 		}
-		t[j*nb+j] = tau[j]
+		t[j*nbp+j] = tau[j]
 	}
 }
 
-// applyBlock applies I - V op(T) V^T (op(T) = T^T when trans: the
-// factorization applies H^T; forming q applies H) to columns [c0, c1) of
-// the rows x ld row-major block c: W = V^T C, W' = op(T) W, C -= V W', by
-// chunks of columns, split across the workers when inner (else in sc).
-func applyBlock(c []float32, ld, rows, c0, c1 int, vr, t []float32, jb int, trans, inner bool, sc *cpu.Scratch) {
-	if c1 <= c0 {
-		return
+// maxBlockWidth bounds blockWidth (buildT's products live on the stack).
+const maxBlockWidth = 128
+
+// negOp writes -op(T) by columns into top (op(T) = T^T when trans: the
+// factorization applies H^T; forming q applies H) and returns it: column q
+// of -T^T is -T's row q, so trans copies T's rows negated.
+func negOp(top, t []float32, nbp int, trans bool) []float32 {
+	for p := range nbp {
+		for q := range nbp {
+			if trans {
+				top[p*nbp+q] = -t[p*nbp+q]
+			} else {
+				top[p*nbp+q] = -t[q*nbp+p]
+			}
+		}
 	}
+	return top
+}
+
+// applyBlock applies I + V top V^T (top = -op(T) by columns) to columns
+// [c0, c1) of the rows x ld row-major block c (rows a whole number of
+// kernel tiles; V's columns ldv apart): W = V^T C, W' = top W, C += V W',
+// by chunks of whole column tiles, split across the workers when inner
+// (else in sc).
+func applyBlock(c []float32, ld, rows, c0, c1 int, v []float32, ldv int, top []float32, nbp int, g grid, inner bool, sc *cpu.Scratch) {
+	tiles := (c1 - c0 + g.colTile - 1) / g.colTile
 	work := func(lo, hi int, sc *cpu.Scratch) {
 		k := cpu.K()
-		buf := sc.Buf(bufPanel, 2*jb*chunkCols)
-		// the products' vector kernels take whole tiles: widths of two
-		// vectors, jb a multiple of 4; the rest of a chunk goes by axpys
-		tile := 2 * max(k.Lanes, 1)
-		if jb%4 != 0 {
-			tile = chunkCols + 1
-		}
-		for x0 := c0 + lo; x0 < c0+hi; x0 += chunkCols {
-			cw := min(chunkCols, c0+hi-x0)
-			fast := cw / tile * tile
-			if fast > 0 {
-				applyTiles(k, c[x0:], ld, rows, fast, vr, t, jb, trans, buf)
+		buf := sc.Buf(bufPanel, 2*nbp*chunkCols)
+		for x0 := c0 + lo*g.colTile; x0 < c0+hi*g.colTile; x0 += chunkCols {
+			cw := min(chunkCols, c0+hi*g.colTile-x0)
+			w, wt := buf[:nbp*cw], buf[nbp*cw:2*nbp*cw]
+			clear(w)
+			for r0 := 0; r0 < rows; r0 += rowBlock {
+				k.VtC(w, v[r0:], ldv, nbp, c[r0*ld+x0:], ld, min(rowBlock, rows-r0), cw)
 			}
-			if fast < cw {
-				applyAxpys(k, c[x0+fast:], ld, rows, cw-fast, vr, t, jb, trans, buf)
-			}
+			clear(wt)
+			k.AddVW(wt, cw, nbp, cw, top, nbp, nbp, w)
+			k.AddVW(c[x0:], ld, rows, cw, v, ldv, nbp, wt)
 		}
 	}
 	if inner {
-		cpu.Parallel(c1-c0, chunkCols, work)
+		cpu.Parallel(tiles, chunkCols/g.colTile, work)
 		return
 	}
-	work(0, c1-c0, sc)
-}
-
-// opT accumulates wt = -op(T) wv (cw-wide rows), the negation folded in so
-// that C += V wt.
-func opT(k *simd.Table, wt, wv, t []float32, jb, cw int, trans bool) {
-	nb := blockWidth
-	clear(wt)
-	for p := range jb {
-		for q := range jb {
-			s := t[p*nb+q]
-			if trans {
-				s = t[q*nb+p]
-			}
-			if s != 0 {
-				k.Axpy(wt[p*cw:(p+1)*cw], wv[q*cw:(q+1)*cw], -s)
-			}
-		}
-	}
-}
-
-// applyTiles is applyBlock's work on cw columns of c with the vector
-// kernels (cw a whole number of their tiles).
-func applyTiles(k *simd.Table, c []float32, ld, rows, cw int, vr, t []float32, jb int, trans bool, buf []float32) {
-	wv, wt := buf[:jb*cw], buf[jb*cw:2*jb*cw]
-	vp := vr[:len(vr)+3] // the padding the kernels' broadcasts read past the last entry
-	k.VtC(wv, vp, jb, c, ld, rows, cw)
-	opT(k, wt, wv, t, jb, cw, trans)
-	k.AddVW(c, ld, rows, cw, vp, jb, wt)
-}
-
-// applyAxpys is applyBlock's work on cw columns of c, an axpy per reflector
-// entry.
-func applyAxpys(k *simd.Table, c []float32, ld, rows, cw int, vr, t []float32, jb int, trans bool, buf []float32) {
-	wv, wt := buf[:jb*cw], buf[jb*cw:2*jb*cw]
-	clear(wv)
-	for r := range rows {
-		row := c[r*ld : r*ld+cw]
-		for p, s := range vr[r*jb : (r+1)*jb] {
-			if s != 0 {
-				k.Axpy(wv[p*cw:(p+1)*cw], row, s)
-			}
-		}
-	}
-	opT(k, wt, wv, t, jb, cw, trans)
-	for r := range rows {
-		row := c[r*ld : r*ld+cw]
-		for p, s := range vr[r*jb : (r+1)*jb] {
-			if s != 0 {
-				k.Axpy(row, wt[p*cw:(p+1)*cw], s)
-			}
-		}
-	}
+	work(0, tiles, sc)
 }

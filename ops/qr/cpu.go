@@ -160,7 +160,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 	w := sc.Buf(bufW, max(m, n))
 	tau := sc.Buf(bufTau, s.k)
 	geqr2(a, m, n, 0, s.k, n, tau, v, w)
-	storeR(s, b, a, rv, sc)
+	storeR(s, b, a, n, rv, sc)
 	if qv == nil {
 		return
 	}
@@ -182,7 +182,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 func geqr2(a []float32, m, n, j0, j1, end int, tau, v, w []float32) {
 	k := cpu.K()
 	for j := j0; j < j1; j++ {
-		tau[j] = householder(a, m, n, j)
+		tau[j] = householder(a[j*n+j:], n, m-j)
 		if tau[j] != 0 && j+1 < end {
 			column(a, m, n, j, v)
 			k.Reflect(a[j*n+j+1:], n, m-j, end-j-1, v, tau[j], w)
@@ -190,14 +190,14 @@ func geqr2(a []float32, m, n, j0, j1, end int, tau, v, w []float32) {
 	}
 }
 
-// storeR writes matrix b's r from the factored a (its upper triangle, zeros
-// below) in r's dtype.
-func storeR(s shapes, b int, a []float32, rv *core.View, sc *cpu.Scratch) {
+// storeR writes matrix b's r from the factored a (row stride lda; its
+// upper triangle, zeros below) in r's dtype.
+func storeR(s shapes, b int, a []float32, lda int, rv *core.View, sc *cpu.Scratch) {
 	n := s.n
 	rr := sc.Buf(bufR, s.rRows*n)
 	clear(rr)
 	for i := range min(s.rRows, s.k) {
-		copy(rr[i*n+i:(i+1)*n], a[i*n+i:(i+1)*n])
+		copy(rr[i*n+i:(i+1)*n], a[i*lda+i:i*lda+n])
 	}
 	cpu.TensorSpan(rv).At(b*s.rRows*n).Store(0, rr)
 }
@@ -212,27 +212,27 @@ func eye(buf []float32, m, cols int) []float32 {
 	return buf
 }
 
-// householder makes the reflector that zeroes column j below the diagonal
-// (LAPACK's slarfg): it leaves beta on the diagonal, the vector's tail below
-// it, and returns tau (0: the column is already zero, no reflection). The
-// norm is taken in float64, so columns of 1e-30 or 1e30 neither underflow
-// nor overflow.
-func householder(a []float32, m, n, j int) float32 {
-	alpha := float64(a[j*n+j])
+// householder makes the reflector that zeroes the column x[0], x[stride],
+// ... (n entries) below its first (LAPACK's slarfg): it leaves beta in
+// x[0], the vector's tail below it, and returns tau (0: the column is
+// already zero, no reflection). The norm is taken in float64, so columns of
+// 1e-30 or 1e30 neither underflow nor overflow.
+func householder(x []float32, stride, n int) float32 {
+	alpha := float64(x[0])
 	var ss float64
-	for i := j + 1; i < m; i++ {
-		x := float64(a[i*n+j])
-		ss += x * x
+	for i := 1; i < n; i++ {
+		v := float64(x[i*stride])
+		ss += v * v
 	}
 	if ss == 0 {
 		return 0
 	}
 	beta := -math.Copysign(math.Hypot(alpha, math.Sqrt(ss)), alpha)
 	scale := 1 / (alpha - beta)
-	for i := j + 1; i < m; i++ {
-		a[i*n+j] = float32(float64(a[i*n+j]) * scale)
+	for i := 1; i < n; i++ {
+		x[i*stride] = float32(float64(x[i*stride]) * scale)
 	}
-	a[j*n+j] = float32(beta)
+	x[0] = float32(beta)
 	return float32((beta - alpha) / beta)
 }
 

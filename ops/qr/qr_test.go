@@ -20,8 +20,9 @@ const (
 	rankDeficient
 	zeros
 	identity
-	tiny // scaled by 1e-30
-	huge // scaled by 1e30
+	tiny   // scaled by 1e-30
+	huge   // scaled by 1e30
+	graded // column j scaled by 10^(-8j/n): eight orders of magnitude across
 )
 
 func values(rng *rand.Rand, k kind, batch, m, n int) []float64 {
@@ -44,6 +45,8 @@ func values(rng *rand.Rand, k kind, batch, m, n int) []float64 {
 					x *= 1e-30
 				case huge:
 					x *= 1e30
+				case graded:
+					x *= math.Pow(10, -8*float64(j)/float64(n))
 				}
 				v[(b*m+i)*n+j] = x
 			}
@@ -136,12 +139,18 @@ func TestFactorizations(t *testing.T) {
 	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) { factorizations(t, b, tu.DTypes) })
 }
 
-// The blocked CPU path on the same matrices: panels of 8 columns from
-// min(m, n) = 5 up (several panels, partial last panels, wide and tall).
+// The blocked CPU path on the same matrices from min(m, n) = 5 up (several
+// panels, partial last panels, wide and tall): panels of 2 columns (a
+// quarter of blockWidth, as mid-size matrices take) and of 8 (the width of
+// larger ones), less than one kernel tile and one.
 func TestBlockedFactorizations(t *testing.T) {
-	defer func(m, w int) { blockedMin, blockWidth = m, w }(blockedMin, blockWidth)
-	blockedMin, blockWidth = 4, 8
-	tu.ForEachISA(t, func(t *testing.T) { factorizations(t, tu.CPU, []core.DType{core.F32, core.BF16}) })
+	defer func(m, w, mid int) { blockedMin, blockWidth, midSize = m, w, mid }(blockedMin, blockWidth, midSize)
+	for _, mid := range []int{midSize, 0} {
+		blockedMin, blockWidth, midSize = 4, 8, mid
+		t.Run(fmt.Sprintf("panels of %d", cpuPanelWidth(5)), func(t *testing.T) {
+			tu.ForEachISA(t, func(t *testing.T) { factorizations(t, tu.CPU, []core.DType{core.F32, core.BF16}) })
+		})
+	}
 }
 
 // factorizations checks every mode on every kind of matrix of factorShapes.
@@ -150,8 +159,8 @@ func factorizations(t *testing.T, b tu.Backend, dtypes []core.DType) {
 	for _, dt := range dtypes {
 		for _, sh := range factorShapes {
 			batch, m, n := sh[0], sh[1], sh[2]
-			for _, k := range []kind{random, rankDeficient, zeros, identity, tiny, huge} {
-				if dt == core.F16 && (k == tiny || k == huge) {
+			for _, k := range []kind{random, rankDeficient, zeros, identity, tiny, huge, graded} {
+				if dt == core.F16 && (k == tiny || k == huge || k == graded) {
 					continue // outside float16's range
 				}
 				for _, mode := range []int32{Reduced, Complete, ROnly} {
@@ -331,6 +340,32 @@ func TestCompleteOfNoColumns(t *testing.T) {
 				want = 1
 			}
 			require.Equal(t, want, v, "q[%d]", i)
+		}
+	})
+}
+
+// Matrices past midSize with the default panels: several column chunks and
+// row blocks of the trailing updates, split across the workers, tall and
+// wide, reduced and complete, random and graded.
+func TestLargeFactorizations(t *testing.T) {
+	rng := tu.RNG(t)
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
+		for _, sh := range [][2]int{{600, 520}, {300, 700}} {
+			m, n := sh[0], sh[1]
+			for _, k := range []kind{random, graded} {
+				for _, mode := range []int32{Reduced, Complete} {
+					what := fmt.Sprintf("%dx%d kind %d mode %d", m, n, k, mode)
+					qc, rr := min(m, n), min(m, n)
+					if mode == Complete {
+						qc, rr = m, m
+					}
+					a := b.New(core.F32, []int64{1, int64(m), int64(n)})
+					av := a.Set(values(rng, k, 1, m, n)).Values()
+					q, r := b.New(core.F32, []int64{1, int64(m), int64(qc)}), b.New(core.F32, []int64{1, int64(rr), int64(n)})
+					require.NoError(t, QR(a.Ptr(), mode, q.Ptr(), r.Ptr(), workspace(t, a, mode), nil), what)
+					check(t, what, av, q.Values(), r.Values(), 1, m, n, qc, rr, eps(core.F32))
+				}
+			}
 		}
 	})
 }

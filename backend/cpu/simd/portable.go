@@ -109,23 +109,24 @@ func portable() (t Table) {
 		}
 	}
 	t.AdamW = adamW
-	t.VtC = func(w, v []float32, jb int, c []float32, ld, rows, cw int) {
-		clear(w[:jb*cw])
-		for r := range rows {
-			row := c[r*ld : r*ld+cw]
-			for p, s := range v[r*jb : (r+1)*jb] {
-				for x, cx := range row {
-					w[p*cw+x] += s * cx
+	t.PanelRows = 1
+	t.VtC = func(w, v []float32, ldv, jb int, c []float32, ld, rows, cw int) {
+		for p := range jb {
+			wp, vp := w[p*cw:(p+1)*cw], v[p*ldv:p*ldv+rows]
+			for r, s := range vp {
+				for x, cx := range c[r*ld : r*ld+cw] {
+					wp[x] += s * cx
 				}
 			}
 		}
 	}
-	t.AddVW = func(c []float32, ld, rows, cw int, v []float32, jb int, w []float32) {
+	t.AddVW = func(c []float32, ld, rows, cw int, v []float32, ldv, jb int, w []float32) {
 		for r := range rows {
 			row := c[r*ld : r*ld+cw]
-			for p, s := range v[r*jb : (r+1)*jb] {
+			for p := range jb {
+				s, wp := v[p*ldv+r], w[p*cw:(p+1)*cw]
 				for x := range row {
-					row[x] += s * w[p*cw+x]
+					row[x] += s * wp[x]
 				}
 			}
 		}

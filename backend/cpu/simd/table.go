@@ -86,12 +86,13 @@ type QRKernels struct {
 	// padding after its rows values (vector loads).
 	Reflect func(a []float32, ld, rows, cols int, v []float32, tau float32, w []float32)
 	// VtC and AddVW are blocked QR's two panel products over a column chunk:
-	// VtC sets w (jb x cw, row-major) = V^T C, AddVW does C += V w; V is
-	// rows x jb row-major with 3 floats of padding after it, C rows x cw at
-	// row stride ld. cw must be a multiple of 2*Lanes (1 where Lanes is 0)
-	// and jb of 4.
-	VtC   func(w, v []float32, jb int, c []float32, ld, rows, cw int)
-	AddVW func(c []float32, ld, rows, cw int, v []float32, jb int, w []float32)
+	// VtC adds V^T C to w (jb x cw, row-major), AddVW adds V w to C; V is
+	// rows x jb by columns (column p at v[p*ldv:]), C rows x cw at row
+	// stride ld. cw must be a multiple of 2*Lanes (1 where Lanes is 0);
+	// VtC's jb and AddVW's rows a multiple of PanelRows.
+	VtC       func(w, v []float32, ldv, jb int, c []float32, ld, rows, cw int)
+	AddVW     func(c []float32, ld, rows, cw int, v []float32, ldv, jb int, w []float32)
+	PanelRows int
 	// Lanes is the vector width (float32s per vector); QRLanes factors that
 	// many matrices at once, one per lane. Nil in the portable table.
 	Lanes   int

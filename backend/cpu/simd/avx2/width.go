@@ -14,6 +14,11 @@ type (
 	vi = archsimd.Int32x8
 )
 
+// panelRows is the rows of the QR panel kernel's tile (panel_amd64.s):
+// 4 rows by two vectors of accumulators, two loads and 4 broadcasts fill
+// the vector registers.
+const panelRows = 4
+
 const isaName = "avx2"
 
 func splat(f float32) vf { return archsimd.BroadcastFloat32x8(f) }

@@ -37,7 +37,9 @@ var Table = simd.Table{
 		GeluErfGrad: geluErfGrad, GeluTanhGrad: geluTanhGrad, SiluGrad: siluGrad,
 	},
 	AdamWStep: simd.AdamWStep{AdamW: adamW},
-	QRKernels: simd.QRKernels{Axpy: axpy, Reflect: reflect, VtC: vtc, AddVW: addVW, Lanes: W, QRLanes: qrLanes},
+	QRKernels: simd.QRKernels{
+		Axpy: axpy, Reflect: reflect, VtC: vtc, AddVW: addVW, PanelRows: panelRows, Lanes: W, QRLanes: qrLanes,
+	},
 	Conversions: simd.Conversions{
 		BF16ToF32: bf16ToF32, F16ToF32: f16ToF32, F32ToBF16: f32ToBF16, F32ToF16: f32ToF16,
 	},

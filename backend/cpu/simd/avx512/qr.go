@@ -17,81 +17,38 @@ func axpy(dst, x []float32, s float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// vtc is simd.Table.VtC on tiles of 4 rows of w by 2 vectors: per row of
-// C, two loads and four broadcasts feed eight FMAs (an axpy per reflector
-// entry fed one FMA from two loads and a store).
-func vtc(w, v []float32, jb int, c []float32, ld, rows, cw int) {
-	for p := 0; p < jb; p += 4 {
-		for x := 0; x < cw; x += 2 * W {
-			a0, a1, b0, b1 := zero(), zero(), zero(), zero()
-			c0, c1, d0, d1 := zero(), zero(), zero(), zero()
-			for r := range rows {
-				x0, x1 := load(c, r*ld+x), load(c, r*ld+x+W)
-				vp := r*jb + p
-				va, vb, vc, vd := broadcastAt(v, vp), broadcastAt(v, vp+1), broadcastAt(v, vp+2), broadcastAt(v, vp+3)
-				a0, a1 = x0.MulAdd(va, a0), x1.MulAdd(va, a1)
-				b0, b1 = x0.MulAdd(vb, b0), x1.MulAdd(vb, b1)
-				c0, c1 = x0.MulAdd(vc, c0), x1.MulAdd(vc, c1)
-				d0, d1 = x0.MulAdd(vd, d0), x1.MulAdd(vd, d1)
-			}
-			o := p*cw + x
-			store(a0, w, o)
-			store(a1, w, o+W)
-			store(b0, w, o+cw)
-			store(b1, w, o+cw+W)
-			store(c0, w, o+2*cw)
-			store(c1, w, o+2*cw+W)
-			store(d0, w, o+3*cw)
-			store(d1, w, o+3*cw+W)
-		}
+// vtc is simd.Table.VtC: panelRows rows of w at a time, each pass of the
+// kernel streaming C's rows once.
+func vtc(w, v []float32, ldv, jb int, c []float32, ld, rows, cw int) {
+	if rows == 0 || cw == 0 {
+		return
 	}
-	archsimd.ClearAVXUpperBits()
+	_, _, _ = w[jb*cw-1], v[(jb-1)*ldv+rows-1], c[(rows-1)*ld+cw-1] // the kernel's extents
+	for p := 0; p < jb; p += panelRows {
+		panelTiles(&w[p*cw], cw, &v[p*ldv], ldv, 1, &c[0], ld, rows, cw/(2*W))
+	}
 }
 
-// addVW is simd.Table.AddVW on tiles of 4 rows of C by 2 vectors, kept in
-// registers over all of w's rows; the last rows % 4 one at a time.
-func addVW(c []float32, ld, rows, cw int, v []float32, jb int, w []float32) {
-	r := 0
-	for ; r+4 <= rows; r += 4 {
-		for x := 0; x < cw; x += 2 * W {
-			i0, i1, i2, i3 := r*ld+x, (r+1)*ld+x, (r+2)*ld+x, (r+3)*ld+x
-			a0, a1 := load(c, i0), load(c, i0+W)
-			b0, b1 := load(c, i1), load(c, i1+W)
-			c0, c1 := load(c, i2), load(c, i2+W)
-			d0, d1 := load(c, i3), load(c, i3+W)
-			for p := range jb {
-				w0, w1 := load(w, p*cw+x), load(w, p*cw+x+W)
-				vp := r*jb + p
-				va, vb, vc, vd := broadcastAt(v, vp), broadcastAt(v, vp+jb), broadcastAt(v, vp+2*jb), broadcastAt(v, vp+3*jb)
-				a0, a1 = w0.MulAdd(va, a0), w1.MulAdd(va, a1)
-				b0, b1 = w0.MulAdd(vb, b0), w1.MulAdd(vb, b1)
-				c0, c1 = w0.MulAdd(vc, c0), w1.MulAdd(vc, c1)
-				d0, d1 = w0.MulAdd(vd, d0), w1.MulAdd(vd, d1)
-			}
-			store(a0, c, i0)
-			store(a1, c, i0+W)
-			store(b0, c, i1)
-			store(b1, c, i1+W)
-			store(c0, c, i2)
-			store(c1, c, i2+W)
-			store(d0, c, i3)
-			store(d1, c, i3+W)
-		}
+// addVW is simd.Table.AddVW: panelRows rows of C at a time, each kept in
+// registers over all of w's rows.
+func addVW(c []float32, ld, rows, cw int, v []float32, ldv, jb int, w []float32) {
+	if rows == 0 || cw == 0 {
+		return
 	}
-	for ; r < rows; r++ {
-		for x := 0; x < cw; x += 2 * W {
-			i := r*ld + x
-			a0, a1 := load(c, i), load(c, i+W)
-			for p := range jb {
-				va := broadcastAt(v, r*jb+p)
-				a0, a1 = load(w, p*cw+x).MulAdd(va, a0), load(w, p*cw+x+W).MulAdd(va, a1)
-			}
-			store(a0, c, i)
-			store(a1, c, i+W)
-		}
+	_, _, _ = c[(rows-1)*ld+cw-1], v[(jb-1)*ldv+rows-1], w[jb*cw-1] // the kernel's extents
+	for r := 0; r < rows; r += panelRows {
+		panelTiles(&c[r*ld], ld, &v[r], 1, ldv, &w[0], cw, jb, cw/(2*W))
 	}
-	archsimd.ClearAVXUpperBits()
 }
+
+// panelTiles is the register-blocked multiply-add under both products
+// (panel_amd64.s, written by gen_panel.go): for tiles tiles of 2W columns,
+// acc[r][x] += sum over kk < k of a[r*ai + kk*ak] * b[kk*bk + x] for the
+// panelRows rows r; strides in floats, the next tile 2W floats further in
+// acc and b.
+//
+//go:noescape
+func panelTiles(acc *float32, accStride int, a *float32, ai, ak int, b *float32, bk, k, tiles int)
 
 // reflect is simd.Portable.Reflect, vectorized two ways. Short blocks (up
 // to reflectBlockRows rows) go by column blocks: w for four vectors of

@@ -14,6 +14,11 @@ type (
 	vi = archsimd.Int32x16
 )
 
+// panelRows is the rows of the QR panel kernel's tile (panel_amd64.s):
+// 8 rows by two vectors of accumulators, two loads and 8 broadcasts fill
+// the vector registers.
+const panelRows = 8
+
 const isaName = "avx512"
 
 func splat(f float32) vf { return archsimd.BroadcastFloat32x16(f) }
