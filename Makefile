@@ -105,13 +105,14 @@ deps:
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing
 
-# the AVX2 kernels are generated from the AVX-512 template: regenerate and
-# fail when the result differs from what is committed (a file changed, added
-# or gone)
+# the AVX2 kernels are generated from the AVX-512 template, and both
+# packages' panel_amd64.s by gen_panel.go: regenerate and fail when the
+# result differs from what is committed (a file changed, added or gone)
+GENERATED := backend/cpu/simd/avx2 backend/cpu/simd/avx512/panel_amd64.s
 test-generated:
 	$(GO) generate ./backend/cpu/simd/avx512/
-	@git diff --quiet -- backend/cpu/simd/avx2 && test -z "$$(git ls-files --others --exclude-standard backend/cpu/simd/avx2)" || \
-		{ echo "backend/cpu/simd/avx2 differs from what go generate writes from the avx512 template (now regenerated: commit it)"; git status --short backend/cpu/simd/avx2; exit 1; }
+	@git diff --quiet -- $(GENERATED) && test -z "$$(git ls-files --others --exclude-standard $(GENERATED))" || \
+		{ echo "$(GENERATED) differ from what go generate writes (now regenerated: commit them)"; git status --short $(GENERATED); exit 1; }
 
 # the CUDA kernel sources as the library compiles them (the prelude, then
 # every family's), parsed and instantiated by clang's CUDA front end: a

@@ -18,10 +18,10 @@ import (
 // the tile's rows (rows*2 accumulators, 2 loads and rows broadcasts must
 // fit the register file: 32 registers with AVX-512, 16 with AVX2).
 type isa struct {
-	dir, reg  string
-	lanes     int
-	rows      int
-	vzeroUp   bool
+	dir, reg string
+	lanes    int
+	rows     int
+	vzeroUp  bool
 }
 
 func main() {
