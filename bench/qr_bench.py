@@ -1,10 +1,14 @@
 """QR on the CPU: metalcore.linalg.qr against torch.linalg.qr (this machine's
-PyTorch, LAPACK underneath) on the same inputs in the same run, reduced mode
-(Q and R). GFLOP/s counts 2mn^2 - 2n^3/3 for R plus as much for forming Q.
+PyTorch, LAPACK underneath) on the same inputs in the same run, reduced and
+complete modes (Q and R). GFLOP/s counts LAPACK's operations: 2mn^2 - 2n^3/3
+for R, and 4mqk - 2(m+q)k^2 + 4k^3/3 for forming Q's q columns from k = min(m, n)
+reflectors (as much again as R's in reduced mode). The same run measures
+this machine's SGEMM rate through PyTorch (2048 x 2048, LAPACK's BLAS).
 Each side is timed twice: allocating its outputs (the Python calls), and
 writing into outputs allocated once (mc_qr through ctypes against
 torch.linalg.qr(out=)), which leaves out the page faults of fresh memory.
 Run from the repository root: python3 bench/qr_bench.py [out.md]"""
+import ctypes
 import sys
 import time
 
@@ -15,7 +19,11 @@ import metalcore  # noqa: E402
 from metalcore import _lib  # noqa: E402
 from report import Report  # noqa: E402  (the scripts' shared table)
 
-SHAPES = [(2000, 32, 32), (200, 128, 128), (1, 1024, 1024), (1, 2048, 512)]
+# (batch, m, n, mode)
+SHAPES = [(270000, 3, 3, "reduced"), (5000, 16, 16, "reduced"), (2000, 32, 32, "reduced"),
+          (200, 128, 128, "reduced"), (1, 1024, 1024, "reduced"), (1, 2048, 512, "reduced"),
+          (1, 4096, 1024, "reduced"), (1, 8192, 256, "reduced"),
+          (200, 128, 64, "complete"), (1, 2048, 512, "complete")]
 
 # Optimized LAPACKs, by a part of their library's path. Debian's torch uses
 # whichever libblas/liblapack the system's alternatives point at: the
@@ -32,13 +40,19 @@ def lapack():
         found = [p for p in libs if part in p]
         if found:
             named = [p for p in found if part in p.rsplit("/", 1)[-1]] or found
-            return f"{name} ({named[0].rsplit('/', 1)[-1]})"
+            threads = ""
+            if part == "openblas":
+                threads = f", {ctypes.CDLL(named[0]).openblas_get_num_threads()} threads"
+            return f"{name} ({named[0].rsplit('/', 1)[-1]}{threads})"
     blas = [p for p in libs if "lapack" in p or "blas" in p]
     sys.exit("qr_bench: torch is not using an optimized LAPACK (loaded: " + (", ".join(blas) or "none") +
              "); install one, e.g. apt-get install libopenblas0-pthread, and run again")
 
 
 def best_ms(fn, reps=7):
+    # OpenBLAS's threads spin for a while after each call: a pause lets them
+    # sleep, so that neither side is timed against the other's idle spinning
+    time.sleep(0.5)
     fn()
     fn()
     ts = []
@@ -49,26 +63,39 @@ def best_ms(fn, reps=7):
     return sorted(ts)[len(ts) // 2] * 1e3
 
 
+def flops(b, m, n, mode):
+    k = min(m, n)
+    q = m if mode == "complete" else k
+    return b * ((2 * m * n * n - 2 * n ** 3 / 3) + (4 * m * q * k - 2 * (m + q) * k * k + 4 * k ** 3 / 3))
+
+
+def sgemm_gflops():
+    x, y = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    return 2 * 2048 ** 3 / best_ms(lambda: torch.mm(x, y)) / 1e6
+
+
 def main():
     emit = Report()
 
     emit("# QR benchmark (CPU)")
     emit("")
-    emit(f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads) with {lapack()}, "
-         f"metalcore {metalcore.__version__}, float32, reduced mode (Q and R), median of 7 runs after two warm-ups.")
+    emit(f"PyTorch {torch.__version__} with {lapack()}, metalcore {metalcore.__version__}, float32, median of 7 runs after "
+         f"two warm-ups. SGEMM through PyTorch in the same run: {sgemm_gflops():.0f} GFLOP/s.")
     emit("")
-    emit("| batch × m × n | metalcore ms | GFLOP/s | torch ms | GFLOP/s | speed-up | "
+    emit("| batch × m × n | mode | metalcore ms | GFLOP/s | torch ms | GFLOP/s | speed-up | "
          "metalcore ms, outputs given | torch ms, out= | speed-up |")
-    emit("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for b, m, n in SHAPES:
+    emit("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for b, m, n, mode in SHAPES:
         a = torch.randn(b, m, n)
-        q, r = torch.empty(b, m, n), torch.empty(b, n, n)
-        flops = b * 2 * (2 * m * n * n - 2 * n ** 3 / 3)
-        t_mc = best_ms(lambda: metalcore.linalg.qr(a))
-        t_th = best_ms(lambda: torch.linalg.qr(a))
-        t_mc_out = best_ms(lambda: _lib.call("qr", a, 0, q, r, None, None))
-        t_th_out = best_ms(lambda: torch.linalg.qr(a, out=(q, r)))
-        emit(f"| {b}×{m}×{n} | {t_mc:.1f} | {flops / t_mc / 1e6:.1f} | {t_th:.1f} | {flops / t_th / 1e6:.1f} | "
+        k = min(m, n)
+        q = torch.empty(b, m, m if mode == "complete" else k)
+        r = torch.empty(b, m if mode == "complete" else k, n)
+        fl = flops(b, m, n, mode)
+        t_mc = best_ms(lambda: metalcore.linalg.qr(a, mode))
+        t_th = best_ms(lambda: torch.linalg.qr(a, mode))
+        t_mc_out = best_ms(lambda: _lib.call("qr", a, 0 if mode == "reduced" else 1, q, r, None, None))
+        t_th_out = best_ms(lambda: torch.linalg.qr(a, mode, out=(q, r)))
+        emit(f"| {b}×{m}×{n} | {mode} | {t_mc:.1f} | {fl / t_mc / 1e6:.1f} | {t_th:.1f} | {fl / t_th / 1e6:.1f} | "
              f"{t_th / t_mc:.2f}× | {t_mc_out:.1f} | {t_th_out:.1f} | {t_th_out / t_mc_out:.2f}× |")
     emit.save(sys.argv[1] if len(sys.argv) > 1 else None)
 

@@ -33,3 +33,31 @@ func BenchmarkPrimitives(b *testing.B) {
 		}
 	}
 }
+
+// QR's panel products in L2 on one thread, per implementation: 64
+// reflectors over 256 rows of a 256-column chunk, as the blocked
+// factorization runs them.
+func BenchmarkPanelProducts(b *testing.B) {
+	const rows, jb, cw = 256, 64, 256
+	v, c, w := make([]float32, rows*jb), make([]float32, rows*cw), make([]float32, jb*cw)
+	for i := range c {
+		c[i] = float32(i%97)/50 - 1
+	}
+	for i := range v {
+		v[i] = float32(i%13) / 7
+	}
+	for _, k := range tables {
+		b.Run(k.Name+"/VtC", func(b *testing.B) {
+			for b.Loop() {
+				k.VtC(w, v, rows, jb, c, cw, rows, cw)
+			}
+			b.ReportMetric(2*rows*jb*cw*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run(k.Name+"/AddVW", func(b *testing.B) {
+			for b.Loop() {
+				k.AddVW(c, cw, rows, cw, v, rows, jb, w)
+			}
+			b.ReportMetric(2*rows*jb*cw*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -1,6 +1,8 @@
 package qr
 
 import (
+	"sync/atomic"
+
 	"metalcore/backend/cpu"
 	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
@@ -22,16 +24,17 @@ import (
 // Variables so that the tests can send small matrices through several
 // panels.
 var (
-	blockedMin = 64
-	blockWidth = 32
+	blockedMin = 16
+	blockWidth = 64
 )
 
-// cpuPanelWidth is the panel width for min(m, n) = k: a quarter of blockWidth
-// up to midSize, where the panels' own factorization, one reflector at a
-// time, is most of the work (bench/qr.md has the measurements).
+// cpuPanelWidth is the panel width for min(m, n) = k: an eighth of
+// blockWidth up to midSize, where the panels' own factorization, one
+// reflector at a time, is most of the work (bench/qr.md has the
+// measurements).
 func cpuPanelWidth(k int) int {
 	if k <= midSize {
-		return max(blockWidth/4, 1)
+		return max(blockWidth/8, 1)
 	}
 	return blockWidth
 }
@@ -41,9 +44,9 @@ func cpuPanelWidth(k int) int {
 var midSize = 256
 
 // chunkCols is the columns a worker updates at a time and rowBlock the rows
-// of C one VtC call streams: W (blockWidth x chunkCols) stays in L1 and a
-// rowBlock x chunkCols block of C in L2 while VtC passes over it once per
-// PanelRows reflectors.
+// of C one VtC call streams: W and W' (blockWidth x chunkCols each) and a
+// rowBlock x chunkCols block of C stay in L2 while VtC passes over the
+// block once per PanelRows reflectors.
 const (
 	chunkCols = 256
 	rowBlock  = 256
@@ -96,12 +99,27 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 		ldv = g.rows(m - k0)
 		return vs[i*nbp*g.rows(m):][:nbp*ldv], ts[i*nbp*nbp : (i+1)*nbp*nbp], ldv
 	}
-	for k0 := 0; k0 < s.k; k0 += nb {
-		jb := min(nb, s.k-k0)
+	factor := func(k0 int) {
 		v, t, ldv := panel(k0)
+		jb := min(nb, s.k-k0)
 		factorPanel(k, a[k0*lda+k0:], lda, m-k0, jb, v, ldv, nbp, tau[k0:k0+jb], t)
-		if k0+jb < n {
-			applyBlock(a[k0*lda:], lda, ldv, k0+jb, n, v, ldv, negOp(top, t, nbp, true), nbp, g, inner, sc)
+	}
+	factor(0)
+	for k0 := 0; k0 < s.k; k0 += nb {
+		next := k0 + min(nb, s.k-k0) // the first column after this panel
+		if next >= n {
+			break
+		}
+		v, t, ldv := panel(k0)
+		u := update{a[k0*lda:], lda, ldv, next, n, v, ldv, negOp(top, t, nbp, true), nbp, g}
+		switch {
+		case next >= s.k: // no next panel: the columns past k
+			u.run(inner, sc)
+		case inner && cpu.Threads() > 1:
+			u.runAhead(min(nb, s.k-next), func() { factor(next) })
+		default:
+			u.run(inner, sc)
+			factor(next)
 		}
 	}
 	storeR(s, b, a, lda, rv, sc)
@@ -117,7 +135,8 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	}
 	for k0 := (panels - 1) * nb; k0 >= 0; k0 -= nb {
 		v, t, ldv := panel(k0)
-		applyBlock(qm[k0*ldq:], ldq, ldv, k0, qc, v, ldv, negOp(top, t, nbp, false), nbp, g, inner, sc)
+		u := update{qm[k0*ldq:], ldq, ldv, k0, qc, v, ldv, negOp(top, t, nbp, false), nbp, g}
+		u.run(inner, sc)
 	}
 	out := cpu.TensorSpan(qv).At(b * m * qc)
 	for i := range m {
@@ -207,31 +226,68 @@ func negOp(top, t []float32, nbp int, trans bool) []float32 {
 	return top
 }
 
-// applyBlock applies I + V top V^T (top = -op(T) by columns) to columns
-// [c0, c1) of the rows x ld row-major block c (rows a whole number of
-// kernel tiles; V's columns ldv apart): W = V^T C, W' = top W, C += V W',
-// by chunks of whole column tiles, split across the workers when inner
-// (else in sc).
-func applyBlock(c []float32, ld, rows, c0, c1 int, v []float32, ldv int, top []float32, nbp int, g grid, inner bool, sc *cpu.Scratch) {
-	tiles := (c1 - c0 + g.colTile - 1) / g.colTile
-	work := func(lo, hi int, sc *cpu.Scratch) {
-		k := cpu.K()
-		buf := sc.Buf(bufPanel, 2*nbp*chunkCols)
-		for x0 := c0 + lo*g.colTile; x0 < c0+hi*g.colTile; x0 += chunkCols {
-			cw := min(chunkCols, c0+hi*g.colTile-x0)
-			w, wt := buf[:nbp*cw], buf[nbp*cw:2*nbp*cw]
-			clear(w)
-			for r0 := 0; r0 < rows; r0 += rowBlock {
-				k.VtC(w, v[r0:], ldv, nbp, c[r0*ld+x0:], ld, min(rowBlock, rows-r0), cw)
-			}
-			clear(wt)
-			k.AddVW(wt, cw, nbp, cw, top, nbp, nbp, w)
-			k.AddVW(c[x0:], ld, rows, cw, v, ldv, nbp, wt)
+// update is one application of a panel's reflectors, I + V top V^T (top =
+// -op(T) by columns), to columns [c0, c1) of the rows x ld row-major block
+// c (rows a whole number of kernel tiles; V's columns ldv apart): W = V^T C,
+// W' = top W, C += V W', by chunks of whole column tiles.
+type update struct {
+	c                []float32
+	ld, rows, c0, c1 int
+	v                []float32
+	ldv              int
+	top              []float32
+	nbp              int
+	g                grid
+}
+
+func (u *update) tiles() int { return (u.c1 - u.c0 + u.g.colTile - 1) / u.g.colTile }
+
+// apply updates tiles [lo, hi), chunkCols columns at a time.
+func (u *update) apply(lo, hi int, sc *cpu.Scratch) {
+	k, nbp, ct := cpu.K(), u.nbp, u.g.colTile
+	buf := sc.Buf(bufPanel, 2*nbp*chunkCols)
+	for x0 := u.c0 + lo*ct; x0 < u.c0+hi*ct; x0 += chunkCols {
+		cw := min(chunkCols, u.c0+hi*ct-x0)
+		w, wt := buf[:nbp*cw], buf[nbp*cw:2*nbp*cw]
+		clear(w)
+		for r0 := 0; r0 < u.rows; r0 += rowBlock {
+			k.VtC(w, u.v[r0:], u.ldv, nbp, u.c[r0*u.ld+x0:], u.ld, min(rowBlock, u.rows-r0), cw)
 		}
+		clear(wt)
+		k.AddVW(wt, cw, nbp, cw, u.top, nbp, nbp, w)
+		k.AddVW(u.c[x0:], u.ld, u.rows, cw, u.v, u.ldv, nbp, wt)
 	}
+}
+
+// run applies the whole update, split across the workers when inner (else
+// in sc).
+func (u *update) run(inner bool, sc *cpu.Scratch) {
 	if inner {
-		cpu.Parallel(tiles, chunkCols/g.colTile, work)
+		cpu.Parallel(u.tiles(), chunkCols/u.g.colTile, u.apply)
 		return
 	}
-	work(0, tiles, sc)
+	u.apply(0, u.tiles(), sc)
+}
+
+// runAhead is run with a look-ahead (LAPACK's): one worker updates the
+// tiles holding the first width columns, the next panel, and factors it
+// (then); meanwhile the others take the remaining columns a chunk at a time,
+// and so does that worker once done, so that the panel's factorization, one
+// reflector at a time, no longer leaves the other cores idle.
+func (u *update) runAhead(width int, then func()) {
+	ct, tiles := u.g.colTile, u.tiles()
+	first := min((width+ct-1)/ct, tiles)
+	per := chunkCols / ct
+	chunks := (tiles - first + per - 1) / per
+	var taken atomic.Int64
+	cpu.Parallel(cpu.Threads(), 1, func(worker, _ int, sc *cpu.Scratch) {
+		if worker == 0 {
+			u.apply(0, first, sc)
+			then()
+		}
+		for i := int(taken.Add(1) - 1); i < chunks; i = int(taken.Add(1) - 1) {
+			lo := first + i*per
+			u.apply(lo, min(lo+per, tiles), sc)
+		}
+	})
 }

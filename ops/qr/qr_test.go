@@ -140,8 +140,8 @@ func TestFactorizations(t *testing.T) {
 }
 
 // The blocked CPU path on the same matrices from min(m, n) = 5 up (several
-// panels, partial last panels, wide and tall): panels of 2 columns (a
-// quarter of blockWidth, as mid-size matrices take) and of 8 (the width of
+// panels, partial last panels, wide and tall): panels of 1 column (an
+// eighth of blockWidth, as mid-size matrices take) and of 8 (the width of
 // larger ones), less than one kernel tile and one.
 func TestBlockedFactorizations(t *testing.T) {
 	defer func(m, w, mid int) { blockedMin, blockWidth, midSize = m, w, mid }(blockedMin, blockWidth, midSize)
