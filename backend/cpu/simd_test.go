@@ -370,6 +370,10 @@ func TestPanelProducts(t *testing.T) {
 			for i, g := range w {
 				require.InDelta(t, want[i], float64(g), 1e-5*float64(vtcRows+1), "%s VtC %v [%d]", k.Name, sh, i)
 			}
+			if pr > 1 { // a partial tile would reach past the slices: refused
+				require.Panics(t, func() { k.VtC(w, v, ldv, jb-1, c, ld, vtcRows, cw) }, "%s VtC of jb %d", k.Name, jb-1)
+				require.Panics(t, func() { k.AddVW(c, ld, rows-1, cw, v, ldv, jb, w) }, "%s AddVW of %d rows", k.Name, rows-1)
+			}
 			before := append([]float32(nil), c...)
 			k.AddVW(c, ld, rows, cw, v, ldv, jb, w)
 			for r := range rows {

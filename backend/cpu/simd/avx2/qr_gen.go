@@ -25,6 +25,7 @@ func vtc(w, v []float32, ldv, jb int, c []float32, ld, rows, cw int) {
 	if rows == 0 || cw == 0 {
 		return
 	}
+	checkTiles(jb, cw)
 	_, _, _ = w[jb*cw-1], v[(jb-1)*ldv+rows-1], c[(rows-1)*ld+cw-1] // the kernel's extents
 	for p := 0; p < jb; p += panelRows {
 		panelTiles(&w[p*cw], cw, &v[p*ldv], ldv, 1, &c[0], ld, rows, cw/(2*W))
@@ -37,9 +38,18 @@ func addVW(c []float32, ld, rows, cw int, v []float32, ldv, jb int, w []float32)
 	if rows == 0 || cw == 0 {
 		return
 	}
+	checkTiles(rows, cw)
 	_, _, _ = c[(rows-1)*ld+cw-1], v[(jb-1)*ldv+rows-1], w[jb*cw-1] // the kernel's extents
 	for r := 0; r < rows; r += panelRows {
 		panelTiles(&c[r*ld], ld, &v[r], 1, ldv, &w[0], cw, jb, cw/(2*W))
+	}
+}
+
+// checkTiles panics unless the kernel's tiles cover rows x cols exactly:
+// it writes whole tiles, so a partial one would reach past the slices.
+func checkTiles(rows, cols int) {
+	if rows%panelRows != 0 || cols%(2*W) != 0 {
+		panic("simd: panel products on partial tiles")
 	}
 }
 

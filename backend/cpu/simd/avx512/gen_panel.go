@@ -86,11 +86,22 @@ func (i isa) source() string {
 	p("\tJZ done")
 	p("\tMOVQ acc+0(FP), AX")
 	p("\tLEAQ (AX)(R12*4), DX")
-	for row := range i.rows {
-		a := at("AX", "DX", "R12", "R13", row)
-		p("\tVMOVUPS %s, %s", a, acc(row, 0))
-		p("\tVMOVUPS %d%s, %s", vb, a, acc(row, 1))
+	// the tile's accumulators from acc's rows, or back
+	moveAcc := func(store bool) {
+		for row := range i.rows {
+			for v := range 2 {
+				mem, reg := at("AX", "DX", "R12", "R13", row), acc(row, v)
+				if v > 0 {
+					mem = fmt.Sprint(vb) + mem
+				}
+				if store {
+					mem, reg = reg, mem
+				}
+				p("\tVMOVUPS %s, %s", mem, reg)
+			}
+		}
 	}
+	moveAcc(false)
 	p("\tMOVQ a+16(FP), SI")
 	p("\tLEAQ (SI)(R8*4), DI")
 	p("\tMOVQ b+40(FP), BX")
@@ -113,11 +124,7 @@ func (i isa) source() string {
 	p("\tDECQ CX")
 	p("\tJNZ loop")
 	p("store:")
-	for row := range i.rows {
-		a := at("AX", "DX", "R12", "R13", row)
-		p("\tVMOVUPS %s, %s", acc(row, 0), a)
-		p("\tVMOVUPS %s, %d%s", acc(row, 1), vb, a)
-	}
+	moveAcc(true)
 	p("\tADDQ $%d, acc+0(FP)", 2*vb)
 	p("\tADDQ $%d, b+40(FP)", 2*vb)
 	p("\tDECQ tiles+64(FP)")
