@@ -9,10 +9,11 @@ import (
 )
 
 // Blocked Householder QR on the CPU (LAPACK's geqrf and orgqr in compact WY
-// form) for matrices whose min(m, n) exceeds blockedMin. Each panel of
-// blockWidth columns is copied out transposed (its columns contiguous) and
-// factored there a reflector at a time; then the trailing columns take the
-// panel's reflectors as three products on the simd panel kernels,
+// form) for matrices whose min(m, n) exceeds blockedMin. Each panel
+// (cpuPanelWidth columns) is factored innerWidth columns at a time, those
+// copied out by columns (contiguous) and factored there a reflector at a
+// time (panelWork.factor); then the trailing columns take the panel's
+// reflectors as three products on the simd panel kernels,
 // W = V^T C, W' = -op(T) W, C += V W', column chunks split across the
 // workers. q is formed the same way, panels applied backwards to the
 // identity.
@@ -91,20 +92,22 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	panels := (s.k + nb - 1) / nb
 	vs := sc.Buf(bufPanels, panels*nbp*g.rows(m))
 	ts := sc.Buf(bufT, panels*nbp*nbp)
-	top := sc.Buf(bufW, nbp*nbp)
+	tops := sc.Buf(bufW, nbp*nbp+innerT(g)) // this panel's -T^T; the next one's inner panels' T
+	top := tops[:nbp*nbp]
 	tau := sc.Buf(bufTau, s.k)
+	pw := newPanelWork(k, g, nb, m, tops[nbp*nbp:], sc)
 	// panel i: its reflectors v (nbp columns of g.rows(m - k0) floats) and T
 	panel := func(k0 int) (v, t []float32, ldv int) {
 		i := k0 / nb
 		ldv = g.rows(m - k0)
 		return vs[i*nbp*g.rows(m):][:nbp*ldv], ts[i*nbp*nbp : (i+1)*nbp*nbp], ldv
 	}
-	factor := func(k0 int) {
+	factor := func(k0 int, sc *cpu.Scratch) {
 		v, t, ldv := panel(k0)
 		jb := min(nb, s.k-k0)
-		factorPanel(k, a[k0*lda+k0:], lda, m-k0, jb, v, ldv, nbp, tau[k0:k0+jb], t)
+		pw.factor(a[k0*lda+k0:], lda, m-k0, jb, v, ldv, nbp, tau[k0:k0+jb], t, sc)
 	}
-	factor(0)
+	factor(0, sc)
 	for k0 := 0; k0 < s.k; k0 += nb {
 		next := k0 + min(nb, s.k-k0) // the first column after this panel
 		if next >= n {
@@ -116,10 +119,10 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 		case next >= s.k: // no next panel: the columns past k
 			u.run(inner, sc)
 		case inner && cpu.Threads() > 1:
-			u.runAhead(min(nb, s.k-next), func() { factor(next) })
+			u.runAhead(min(nb, s.k-next), func(sc *cpu.Scratch) { factor(next, sc) })
 		default:
 			u.run(inner, sc)
-			factor(next)
+			factor(next, sc)
 		}
 	}
 	storeR(s, b, a, lda, rv, sc)
@@ -144,13 +147,97 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	}
 }
 
-// factorPanel factors the rows x jb panel at a (row stride lda; LAPACK's
-// geqr2) in v, where it is copied by columns (nbp columns of ldv floats, so
-// that each reflector and the columns it updates are contiguous): R's part
-// goes back to a, and v is left holding the reflectors (1 on the diagonal,
-// zeros above it and past rows and jb) and t their T (nbp x nbp).
-func factorPanel(k *simd.Table, a []float32, lda, rows, jb int, v []float32, ldv, nbp int, tau, t []float32) {
+// innerWidth is the width of the inner panels a wider panel is factored
+// by (a variable for the tests).
+var innerWidth = 8
+
+// panelWork is the factorization of one panel at a time: the buffers it
+// needs besides the panel's own (from the matrix's scratch, since the
+// look-ahead factors a panel on whichever worker updated it).
+type panelWork struct {
+	k            *simd.Table
+	g            grid
+	ib           int       // inner panel width, a whole number of kernel tiles
+	rowMajor     []float32 // a panel wider than ib, row-major with a padded stride
+	gram         []float32 // V^T V of the panel (or of an inner one)
+	subT, subTop []float32 // an inner panel's T and -T^T
+}
+
+// newPanelWork takes its buffers from sc, and the inner panels' T and -T^T
+// from ts (2 ib^2 floats).
+func newPanelWork(k *simd.Table, g grid, nb, m int, ts []float32, sc *cpu.Scratch) *panelWork {
+	ib, nbp := g.rows(innerWidth), g.rows(nb)
+	pw := &panelWork{k: k, g: g, ib: ib, gram: sc.Buf(bufR, nbp*g.stride(nbp))}
+	if nb > ib {
+		pw.rowMajor = sc.Buf(bufV, (m+2*g.rowTile)*g.stride(nb))
+	}
+	pw.subT, pw.subTop = ts[:ib*ib], ts[ib*ib:2*ib*ib]
+	return pw
+}
+
+// innerT is the floats newPanelWork's ts needs.
+func innerT(g grid) int { return 2 * g.rows(innerWidth) * g.rows(innerWidth) }
+
+// factor factors the rows x jb panel at a (row stride lda; LAPACK's geqrf
+// within it): R's part goes back to a, v is left holding the reflectors by
+// columns (nbp columns of ldv floats: 1 on the diagonal, zeros above it and
+// past rows and jb) and t their T (nbp x nbp). Up to ib columns are factored
+// a reflector at a time (factorColumns); a wider panel ib columns at a time
+// in a row-major copy, each inner panel's reflectors applied to the later
+// columns on the panel kernels (sc's buffers), and its T built from V^T V
+// on the same kernels.
+func (pw *panelWork) factor(a []float32, lda, rows, jb int, v []float32, ldv, nbp int, tau, t []float32, sc *cpu.Scratch) {
+	k, g := pw.k, pw.g
 	clear(v[:nbp*ldv])
+	if jb <= pw.ib {
+		factorColumns(k, a, lda, rows, jb, v, ldv, tau)
+		gramByDots(k, pw.gram, nbp, v, ldv, rows, jb)
+		buildT(t, pw.gram, nbp, jb, nbp, tau)
+		return
+	}
+	ldp, prows := g.stride(jb), g.rows(rows)
+	p := pw.rowMajor[:prows*ldp]
+	for r := range rows {
+		row := p[r*ldp : (r+1)*ldp]
+		copy(row, a[r*lda:r*lda+jb])
+		clear(row[jb:])
+	}
+	clear(p[rows*ldp:])
+	ib := pw.ib
+	for s0 := 0; s0 < jb; s0 += ib {
+		sb := min(ib, jb-s0)
+		sv := v[s0*ldv+s0:]
+		factorColumns(k, p[s0*ldp+s0:], ldp, rows-s0, sb, sv, ldv, tau[s0:s0+sb])
+		if s0+sb < jb { // sb == ib: the inner panel's columns are exactly sv's first ib
+			gramByDots(k, pw.gram, ib, sv, ldv, rows-s0, ib)
+			buildT(pw.subT, pw.gram, ib, ib, ib, tau[s0:s0+ib])
+			u := update{p[s0*ldp:], ldp, prows - s0, s0 + ib, jb, sv, ldv, negOp(pw.subTop, pw.subT, ib, true), ib, g}
+			u.apply(0, u.tiles(), sc)
+		}
+	}
+	// R's part back to a; p becomes V row-major for V^T V
+	for r := range min(rows, jb) {
+		copy(a[r*lda+r:r*lda+jb], p[r*ldp+r:r*ldp+jb])
+	}
+	for r := range rows {
+		row := p[r*ldp : r*ldp+jb]
+		for c := range row {
+			row[c] = v[c*ldv+r]
+		}
+	}
+	cw := (nbp + g.colTile - 1) / g.colTile * g.colTile
+	clear(pw.gram[:nbp*cw])
+	k.VtC(pw.gram[:nbp*cw], v, ldv, nbp, p, ldp, prows, cw)
+	buildT(t, pw.gram, cw, jb, nbp, tau)
+}
+
+// factorColumns factors the rows x jb panel at a (row stride lda) one
+// reflector at a time (LAPACK's geqr2) in v, where it is copied by columns
+// (ldv floats apart, so that each reflector and the columns it updates are
+// contiguous): R's part goes back to a, and v's columns are left holding
+// the reflectors (1 on the diagonal, 0 above it; rows past the panel's are
+// not touched).
+func factorColumns(k *simd.Table, a []float32, lda, rows, jb int, v []float32, ldv int, tau []float32) {
 	for p := range jb {
 		col := v[p*ldv : p*ldv+rows]
 		for r := range rows {
@@ -181,34 +268,36 @@ func factorPanel(k *simd.Table, a []float32, lda, rows, jb int, v []float32, ldv
 			col[p] = 1
 		}
 	}
-	buildT(k, t, v, ldv, rows, jb, nbp, tau)
 }
 
-// buildT is LAPACK's slarft (forward, columnwise) into t (nbp x nbp):
-// T[j][j] = tau_j, T[0:j, j] = -tau_j T[0:j, 0:j] (V^T v_j), so that
-// H_0 ... H_jb-1 = I - V T V^T; V's columns are v's (1 on the diagonal,
-// zero above it).
-func buildT(k *simd.Table, t, v []float32, ldv, rows, jb, nbp int, tau []float32) {
-	clear(t[:nbp*nbp])
-	var z [maxBlockWidth]float64
+// gramByDots sets gram[p*ldg+j] = v_p . v_j for p < j < jb, the columns of
+// v (ldv apart, rows long; v_j is zero above row j).
+func gramByDots(k *simd.Table, gram []float32, ldg int, v []float32, ldv, rows, jb int) {
 	for j := range jb {
 		vj := v[j*ldv+j : j*ldv+rows]
-		for p := range j { // v_j is zero above row j
-			z[p] = float64(k.Dot(v[p*ldv+j:p*ldv+rows], vj))
+		for p := range j {
+			gram[p*ldg+j] = k.Dot(v[p*ldv+j:p*ldv+rows], vj)
 		}
+	}
+}
+
+// buildT is LAPACK's slarft (forward, columnwise) into t (nbp x nbp) from
+// the reflectors' V^T V (gram, rows ldg apart; only p < j read):
+// T[j][j] = tau_j, T[0:j, j] = -tau_j T[0:j, 0:j] (V^T v_j), so that
+// H_0 ... H_jb-1 = I - V T V^T.
+func buildT(t, gram []float32, ldg, jb, nbp int, tau []float32) {
+	clear(t[:nbp*nbp])
+	for j := range jb {
 		for p := range j {
 			var d float64
 			for q := p; q < j; q++ {
-				d += float64(t[p*nbp+q]) * z[q]
+				d += float64(t[p*nbp+q]) * float64(gram[q*ldg+j])
 			}
 			t[p*nbp+j] = float32(-float64(tau[j]) * d)
 		}
 		t[j*nbp+j] = tau[j]
 	}
 }
-
-// maxBlockWidth bounds blockWidth (buildT's products live on the stack).
-const maxBlockWidth = 128
 
 // negOp writes -op(T) by columns into top (op(T) = T^T when trans: the
 // factorization applies H^T; forming q applies H) and returns it: column q
@@ -274,7 +363,7 @@ func (u *update) run(inner bool, sc *cpu.Scratch) {
 // (then); meanwhile the others take the remaining columns a chunk at a time,
 // and so does that worker once done, so that the panel's factorization, one
 // reflector at a time, no longer leaves the other cores idle.
-func (u *update) runAhead(width int, then func()) {
+func (u *update) runAhead(width int, then func(sc *cpu.Scratch)) {
 	ct, tiles := u.g.colTile, u.tiles()
 	first := min((width+ct-1)/ct, tiles)
 	per := chunkCols / ct
@@ -283,7 +372,7 @@ func (u *update) runAhead(width int, then func()) {
 	cpu.Parallel(cpu.Threads(), 1, func(worker, _ int, sc *cpu.Scratch) {
 		if worker == 0 {
 			u.apply(0, first, sc)
-			then()
+			then(sc)
 		}
 		for i := int(taken.Add(1) - 1); i < chunks; i = int(taken.Add(1) - 1) {
 			lo := first + i*per

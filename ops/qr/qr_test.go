@@ -142,12 +142,15 @@ func TestFactorizations(t *testing.T) {
 // The blocked CPU path on the same matrices from min(m, n) = 5 up (several
 // panels, partial last panels, wide and tall): panels of 1 column (an
 // eighth of blockWidth, as mid-size matrices take) and of 8 (the width of
-// larger ones), less than one kernel tile and one.
+// larger ones), less than one kernel tile and one, and panels of 24
+// factored 8 columns at a time (as wide panels are).
 func TestBlockedFactorizations(t *testing.T) {
-	defer func(m, w, mid int) { blockedMin, blockWidth, midSize = m, w, mid }(blockedMin, blockWidth, midSize)
-	for _, mid := range []int{midSize, 0} {
-		blockedMin, blockWidth, midSize = 4, 8, mid
-		t.Run(fmt.Sprintf("panels of %d", cpuPanelWidth(5)), func(t *testing.T) {
+	defer func(m, w, mid, in int) {
+		blockedMin, blockWidth, midSize, innerWidth = m, w, mid, in
+	}(blockedMin, blockWidth, midSize, innerWidth)
+	for _, c := range [][3]int{{8, midSize, 8}, {8, 0, 8}, {24, 0, 8}} {
+		blockedMin, blockWidth, midSize, innerWidth = 4, c[0], c[1], c[2]
+		t.Run(fmt.Sprintf("panels of %d, inner %d", cpuPanelWidth(5), innerWidth), func(t *testing.T) {
 			tu.ForEachISA(t, func(t *testing.T) { factorizations(t, tu.CPU, []core.DType{core.F32, core.BF16}) })
 		})
 	}
