@@ -31,7 +31,7 @@ var (
 
 // cpuPanelWidth is the panel width for min(m, n) = k: an eighth of
 // blockWidth up to midSize, where the panels' own factorization, one
-// reflector at a time, is most of the work (bench/qr.md has the
+// reflector at a time, is most of the work (bench/qr-tuning.md has the
 // measurements).
 func cpuPanelWidth(k int) int {
 	if k <= midSize {
@@ -131,11 +131,7 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	}
 	qc := s.qCols
 	ldq := g.stride(qc)
-	qm := sc.Buf(bufQ, height*ldq)
-	clear(qm)
-	for i := range min(m, qc) {
-		qm[i*ldq+i] = 1
-	}
+	qm := eye(sc.Buf(bufQ, height*ldq), m, qc, ldq)
 	for k0 := (panels - 1) * nb; k0 >= 0; k0 -= nb {
 		v, t, ldv := panel(k0)
 		u := update{qm[k0*ldq:], ldq, ldv, k0, qc, v, ldv, negOp(top, t, nbp, false), nbp, g}

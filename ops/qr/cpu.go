@@ -9,8 +9,8 @@ import (
 )
 
 // The CPU kernel: one matrix per worker, the reflector applications
-// vectorized; small matrices a vector's width at a time (QRLanes); wide ones
-// blocked (blocked.go). No workspace: each worker keeps its matrix in its
+// vectorized; batches of small matrices a vector's width at a time
+// (QRLanes); those past blockedMin blocked (blocked.go). No workspace: each worker keeps its matrix in its
 // own scratch.
 func init() {
 	factorize.Register(core.DeviceCPU, qrCPU)
@@ -165,7 +165,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 		return
 	}
 	qc := s.qCols
-	qm := eye(sc.Buf(bufQ, m*qc), m, qc)
+	qm := eye(sc.Buf(bufQ, m*qc), m, qc, qc)
 	for j := s.k - 1; j >= 0; j-- {
 		if tau[j] != 0 {
 			column(a, m, n, j, v)
@@ -203,11 +203,11 @@ func storeR(s shapes, b int, a []float32, lda int, rv *core.View, sc *cpu.Scratc
 }
 
 // eye sets buf to the first cols columns of the m x m identity,
-// row-major, and returns it.
-func eye(buf []float32, m, cols int) []float32 {
+// row-major with row stride ld (zeros past cols), and returns it.
+func eye(buf []float32, m, cols, ld int) []float32 {
 	clear(buf)
 	for i := range min(m, cols) {
-		buf[i*cols+i] = 1
+		buf[i*ld+i] = 1
 	}
 	return buf
 }
