@@ -38,10 +38,15 @@ func init() {
 func tensor(t *C.mc_tensor) *core.Tensor { return (*core.Tensor)(unsafe.Pointer(t)) }
 
 // call runs an op for the export fn and returns its status, recording the
-// message of a failure, and converting a panic into MC_ERR_INTERNAL.
+// message of a failure, and converting a panic into MC_ERR_INTERNAL (or,
+// for working memory the system would not give, MC_ERR_OUT_OF_MEMORY).
 func call(fn string, op func() error) (st C.mc_status) {
 	defer func() {
 		if p := recover(); p != nil {
+			if e, ok := p.(*core.Error); ok && e.Status == core.ErrOutOfMemory {
+				st = fail(fn, e)
+				return
+			}
 			st = fail(fn, core.Errorf(core.ErrInternal, "internal error: %v\n%s", p, debug.Stack()))
 		}
 	}()

@@ -58,7 +58,7 @@ extern "C" {
  * functions, enum values and struct types are never removed or changed, so a
  * host built against an older minor version runs with a newer library. */
 #define MC_VERSION_MAJOR 0
-#define MC_VERSION_MINOR 4
+#define MC_VERSION_MINOR 5
 #define MC_VERSION_PATCH 0
 
 typedef enum {
@@ -68,7 +68,8 @@ typedef enum {
     MC_ERR_UNSUPPORTED_DEVICE = 3, /* device type unknown or backend missing    */
     MC_ERR_UNSUPPORTED_LAYOUT = 4, /* reduced dimension not contiguous, ...     */
     MC_ERR_BACKEND = 5,            /* the device runtime refused the work       */
-    MC_ERR_INTERNAL = 6            /* a bug in metalcore; please report it      */
+    MC_ERR_INTERNAL = 6,           /* a bug in metalcore; please report it      */
+    MC_ERR_OUT_OF_MEMORY = 7       /* working memory could not be had (0.5)     */
 } mc_status;
 
 enum { MC_DEVICE_CPU = 1, MC_DEVICE_CUDA = 2, MC_DEVICE_METAL = 8 }; /* DLPack codes */
@@ -106,10 +107,13 @@ const char* mc_last_error(void);     /* this thread's last failure, "" if none *
 
 /* ---- the CPU backend -----------------------------------------------------
  * mc_cpu_threads: how many threads one CPU call may use (MC_NUM_THREADS at
- * load, else every core); mc_set_cpu_threads changes it for later calls (n
- * >= 1, else MC_ERR_INVALID_ARGUMENT). mc_cpu_isa: the vector instruction
+ * load, else every core; at most MC_MAX_CPU_THREADS, a larger MC_NUM_THREADS
+ * is clamped with a warning on stderr); mc_set_cpu_threads changes it for
+ * later calls (n >= 1, else MC_ERR_INVALID_ARGUMENT; clamped to
+ * MC_MAX_CPU_THREADS). mc_cpu_isa: the vector instruction
  * set the CPU kernels use, "avx512", "avx2" or "portable" (MC_CPU_ISA forces
  * one). In a forked child (see above) mc_cpu_threads is 0 and mc_cpu_isa "". */
+#define MC_MAX_CPU_THREADS 4096
 int32_t     mc_cpu_threads(void);
 mc_status   mc_set_cpu_threads(int32_t n);
 const char* mc_cpu_isa(void);

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,9 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+
+	"metalcore/internal/core"
 )
 
 // The pool is the Go scheduler itself: Parallel starts at most Threads()
@@ -16,16 +20,28 @@ var threads atomic.Int32
 
 func init() { threads.Store(int32(threadsFromEnv(os.Getenv("MC_NUM_THREADS"), os.Stderr))) }
 
+// MaxThreads bounds the thread count (MC_MAX_CPU_THREADS): larger requests
+// are clamped, never wrapped to 32 bits.
+const MaxThreads = 4096
+
 // threadsFromEnv is the worker count MC_NUM_THREADS asks for, or all cores
 // when it is unset; a value that is not a positive integer is reported on
-// warn once and the default used.
+// warn and the default used, and one above MaxThreads is clamped, saying so.
 func threadsFromEnv(v string, warn io.Writer) int {
-	n := runtime.NumCPU()
+	n := min(runtime.NumCPU(), MaxThreads)
 	if v == "" {
 		return n
 	}
-	if t, err := strconv.Atoi(v); err == nil && t > 0 {
-		return t
+	t, err := strconv.ParseUint(v, 10, 64)
+	if err != nil && errors.Is(err, strconv.ErrRange) {
+		t, err = MaxThreads+1, nil
+	}
+	if err == nil && t > MaxThreads {
+		fmt.Fprintf(warn, "metalcore: MC_NUM_THREADS=%s is above %d; using %d threads\n", v, MaxThreads, MaxThreads)
+		return MaxThreads
+	}
+	if err == nil && t > 0 {
+		return int(t)
 	}
 	fmt.Fprintf(warn, "metalcore: MC_NUM_THREADS=%q is not a positive integer; using %d threads\n", v, n)
 	return n
@@ -36,7 +52,8 @@ func Threads() int { return int(threads.Load()) }
 
 // SetThreads changes Threads (benchmarks time one core with 1) and returns
 // the previous value.
-func SetThreads(n int) int { return int(threads.Swap(int32(max(n, 1)))) }
+// n is clamped to 1..MaxThreads.
+func SetThreads(n int) int { return int(threads.Swap(int32(min(max(n, 1), MaxThreads)))) }
 
 // Chunk is the number of elements elementwise kernels handle at once: small
 // enough that a few float32 chunks per worker stay in L1.
@@ -45,14 +62,53 @@ const Chunk = 1024
 // Scratch is one worker's float32 buffers, grown on demand and reused
 // through a pool: row kernels keep a whole row of a 16-bit tensor in
 // float32 so it is converted once.
-type Scratch struct{ b [9][]float32 }
+//
+// A buffer of MappedBytes or more (QR's working copies, very wide rows) is
+// mapped from the operating system instead of taken from Go's heap, and
+// unmapped when the run or call that asked for it ends: where memory runs
+// out, Go's allocator aborts the process, while a failed mapping is a
+// panic with an *core.Error of ErrOutOfMemory, which Parallel carries to
+// the caller and the ABI returns as MC_ERR_OUT_OF_MEMORY.
+type Scratch struct {
+	b      [9][]float32
+	mapped [9][]byte // the mapping behind b[i], when it has one
+}
+
+// MappedBytes is the size from which a scratch buffer is mapped.
+const MappedBytes = 16 << 20
 
 // Buf is buffer i with length n (its contents are garbage).
 func (s *Scratch) Buf(i, n int) []float32 {
-	if cap(s.b[i]) < n {
-		s.b[i] = make([]float32, n)
+	if cap(s.b[i]) >= n {
+		return s.b[i][:n]
 	}
-	return s.b[i][:n]
+	s.unmap(i)
+	if n < MappedBytes/4 {
+		s.b[i] = make([]float32, n)
+		return s.b[i]
+	}
+	m, err := mapMemory(4 * n)
+	if err != nil {
+		s.b[i] = nil
+		panic(core.Errorf(core.ErrOutOfMemory, "cannot get %d bytes of working memory: %v", 4*n, err))
+	}
+	s.mapped[i], s.b[i] = m, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(m))), n)
+	return s.b[i]
+}
+
+func (s *Scratch) unmap(i int) {
+	if s.mapped[i] != nil {
+		unmapMemory(s.mapped[i])
+		s.mapped[i], s.b[i] = nil, nil
+	}
+}
+
+// done gives back the mapped buffers (the heap ones stay for the next user).
+func (s *Scratch) done() {
+	for i := range s.mapped {
+		s.unmap(i)
+	}
+	scratchPool.Put(s)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
@@ -61,7 +117,7 @@ var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
 // from the workers'; release gives it back.
 func CallScratch() (s *Scratch, release func()) {
 	s = scratchPool.Get().(*Scratch)
-	return s, func() { scratchPool.Put(s) }
+	return s, s.done
 }
 
 // Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), each piece
@@ -76,20 +132,34 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 		return
 	}
 	var wg sync.WaitGroup
+	var failed atomic.Pointer[any] // a worker's panic, raised again in the caller
 	for p := 1; p < pieces; p++ {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
+			defer catch(&failed)
 			run(lo, hi, fn)
 		}(p*n/pieces, (p+1)*n/pieces)
 	}
-	run(0, n/pieces, fn)
+	func() {
+		defer catch(&failed)
+		run(0, n/pieces, fn)
+	}()
 	wg.Wait()
+	if p := failed.Load(); p != nil {
+		panic(*p)
+	}
+}
+
+func catch(failed *atomic.Pointer[any]) {
+	if p := recover(); p != nil {
+		failed.CompareAndSwap(nil, &p)
+	}
 }
 
 func run(lo, hi int, fn func(lo, hi int, s *Scratch)) {
 	s := scratchPool.Get().(*Scratch)
-	defer scratchPool.Put(s)
+	defer s.done()
 	fn(lo, hi, s)
 }
 

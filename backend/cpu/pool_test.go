@@ -6,19 +6,59 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"metalcore/internal/core"
 )
 
-// MC_NUM_THREADS: a positive integer is taken; anything else is reported
-// once and the default (all cores) used; unset is the default silently.
+// MC_NUM_THREADS: a positive integer is taken, clamped to MaxThreads (with a
+// warning) rather than wrapped to 32 bits; anything else is reported once and
+// the default (all cores) used; unset is the default silently.
 func TestThreadsFromEnv(t *testing.T) {
 	for _, c := range []struct {
 		v    string
 		want int
 		warn bool
 	}{{"", runtime.NumCPU(), false}, {"3", 3, false}, {"abc", runtime.NumCPU(), true}, {"0", runtime.NumCPU(), true},
-		{"-2", runtime.NumCPU(), true}, {"1.5", runtime.NumCPU(), true}} {
+		{"-2", runtime.NumCPU(), true}, {"1.5", runtime.NumCPU(), true}, {"4096", MaxThreads, false},
+		{"4097", MaxThreads, true}, {"2147483648", MaxThreads, true}, {"4294967296", MaxThreads, true},
+		{"4294967297", MaxThreads, true}, {"99999999999999999999999", MaxThreads, true}} {
 		var w strings.Builder
 		require.Equal(t, c.want, threadsFromEnv(c.v, &w), c.v)
 		require.Equal(t, c.warn, strings.Contains(w.String(), "MC_NUM_THREADS"), "%q: %q", c.v, w.String())
 	}
+}
+
+// SetThreads clamps to 1..MaxThreads.
+func TestSetThreadsClamps(t *testing.T) {
+	before := SetThreads(1 << 30)
+	defer SetThreads(before)
+	require.Equal(t, MaxThreads, Threads())
+	SetThreads(-5)
+	require.Equal(t, 1, Threads())
+}
+
+// Working memory the system will not give is a panic with an
+// ErrOutOfMemory *core.Error (never Go's fatal out-of-memory error), carried
+// from a worker to Parallel's caller; big buffers are mapped and given back.
+func TestScratchOutOfMemoryIsAnError(t *testing.T) {
+	defer SetThreads(SetThreads(4))
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		Parallel(4, 1, func(lo, hi int, s *Scratch) {
+			if lo > 0 {
+				s.Buf(0, 1<<45) // 128 TiB
+			}
+		})
+	}()
+	e, ok := got.(*core.Error)
+	require.True(t, ok, "panic %v", got)
+	require.Equal(t, core.ErrOutOfMemory, e.Status)
+
+	s, release := CallScratch()
+	b := s.Buf(1, MappedBytes/4)
+	b[0], b[len(b)-1] = 1, 2
+	require.NotNil(t, s.mapped[1])
+	release()
+	require.Nil(t, s.mapped[1])
 }

@@ -140,7 +140,11 @@ func (d *device) load(dev int, names []string) error {
 	}
 	driver, nvrtc := versions()
 	t := target{fmt.Sprintf("sm_%d%d", major, minor), fmt.Sprintf("compute_%d%d", major, minor), nvrtc, driver}
-	images, infos, err := buildImages(diskcache.Open(diskcache.Dir()), nvrtcCompile, t, missing)
+	cache := diskcache.Open(diskcache.Dir())
+	if why := cache.Disabled(); why != "" {
+		debugf("%s; compiling without the disk cache", why)
+	}
+	images, infos, err := buildImages(cache, nvrtcCompile, t, missing)
 	if err != nil {
 		return err
 	}

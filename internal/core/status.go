@@ -16,6 +16,7 @@ const (
 	ErrUnsupportedLayout
 	ErrBackend
 	ErrInternal
+	ErrOutOfMemory
 )
 
 // Error is a failed call: the status the ABI returns and the message

@@ -8,6 +8,14 @@
 // once. Anything that does not verify — truncated, corrupt, another key's,
 // another format's — is a miss, never a payload. A directory that cannot be
 // created or written means no caching, never an error for the caller.
+//
+// The SHA-256 in an entry guards against damage, not against an attacker:
+// whoever can write the directory can write an entry that verifies. So the
+// cache is used only where no one else can write: a directory this user
+// owns that neither group nor others may write (created 0700), holding
+// regular files this user owns. Anything else means no caching (Disabled
+// says why). An entry is read only up to MaxEntry bytes, after checking
+// its size.
 package diskcache
 
 import (
@@ -16,9 +24,16 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
+
+// MaxEntry bounds an entry's size (header and image); the largest kernel
+// image is a few hundred kilobytes.
+const MaxEntry = 64 << 20
 
 // Env is the variable naming the cache directory; Off as its value turns
 // the cache off.
@@ -72,14 +87,54 @@ func (k Key) String() string { return hex.EncodeToString(k[:]) }
 
 // Cache is a directory of entries; the zero Cache (no directory) caches
 // nothing.
-type Cache struct{ dir string }
+type Cache struct {
+	dir      string
+	disabled string // why a named directory is not used
+}
 
-// Open is the cache in dir ("" for none). Nothing is created until the
-// first Put.
-func Open(dir string) Cache { return Cache{dir} }
+// Open is the cache in dir ("" for none): created 0700 where it does not
+// exist, and refused (no caching; Disabled says why) where it is not a
+// directory this user owns, or group or others may write it.
+func Open(dir string) Cache {
+	if dir == "" {
+		return Cache{}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Cache{disabled: fmt.Sprintf("cache directory %s cannot be created: %v", dir, err)}
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return Cache{disabled: fmt.Sprintf("cache directory %s: %v", dir, err)}
+	}
+	if why := unsafeToUse(info, true); why != "" {
+		return Cache{disabled: fmt.Sprintf("cache directory %s is not used: %s", dir, why)}
+	}
+	return Cache{dir: dir}
+}
+
+// unsafeToUse says why a directory (or an entry, dir false) could hold
+// another user's data, or "".
+func unsafeToUse(info fs.FileInfo, dir bool) string {
+	switch {
+	case dir && !info.IsDir():
+		return "not a directory"
+	case !dir && !info.Mode().IsRegular():
+		return "not a regular file"
+	case dir && info.Mode().Perm()&0o022 != 0:
+		return fmt.Sprintf("group or others may write it (mode %04o)", info.Mode().Perm())
+	}
+	if uid, ok := owner(info); ok && uid != os.Getuid() {
+		return fmt.Sprintf("owned by user %d, not by this user (%d)", uid, os.Getuid())
+	}
+	return ""
+}
 
 // Enabled reports whether the cache has a directory.
 func (c Cache) Enabled() bool { return c.dir != "" }
+
+// Disabled says why a directory that was named is not used ("" when it is,
+// or when none was named).
+func (c Cache) Disabled() string { return c.disabled }
 
 // Path is the file of key's entry.
 func (c Cache) Path(k Key) string { return filepath.Join(c.dir, k.String()+".bin") }
@@ -89,7 +144,7 @@ func (c Cache) Get(k Key) ([]byte, bool) {
 	if c.dir == "" {
 		return nil, false
 	}
-	b, err := os.ReadFile(c.Path(k))
+	b, err := readEntry(c.Path(k))
 	if err != nil || len(b) < headerSize {
 		return nil, false
 	}
@@ -105,6 +160,30 @@ func (c Cache) Get(k Key) ([]byte, bool) {
 	return payload, true
 }
 
+// readEntry reads a regular file this user owns of at most MaxEntry bytes.
+func readEntry(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if why := unsafeToUse(info, false); why != "" {
+		return nil, errors.New(why)
+	}
+	if info.Size() > MaxEntry {
+		return nil, fmt.Errorf("%d bytes, over %d", info.Size(), MaxEntry)
+	}
+	b := make([]byte, info.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // Put stores payload under key, atomically: a temporary file renamed over
 // the entry. Its error is for tests and diagnostics; callers go on without
 // the cache.
@@ -112,8 +191,8 @@ func (c Cache) Put(k Key, payload []byte) error {
 	if c.dir == "" {
 		return errors.New("no cache directory")
 	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return err
+	if headerSize+len(payload) > MaxEntry {
+		return fmt.Errorf("entry of %d bytes, over %d", headerSize+len(payload), MaxEntry)
 	}
 	f, err := os.CreateTemp(c.dir, ".tmp-*")
 	if err != nil {

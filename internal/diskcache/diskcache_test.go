@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -236,4 +237,84 @@ func TestGoroutinesRaceOnAnEmptyCache(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 5, "one entry per key, no temporary files")
+}
+
+// A new cache directory is created 0700 (parents too).
+func TestNewDirectoryIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "metalcore")
+	c := Open(dir)
+	require.True(t, c.Enabled(), c.Disabled())
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		info, err := os.Stat(d)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o700), info.Mode().Perm(), d)
+	}
+}
+
+// A directory others could write is not used: nothing is read from it or
+// written to it, and Disabled says why.
+func TestDirectoryOthersMayWriteIsRefused(t *testing.T) {
+	for _, mode := range []os.FileMode{0o777, 0o770, 0o722, 0o1777} {
+		dir := filepath.Join(t.TempDir(), "shared")
+		good := Open(dir)
+		require.NoError(t, good.Put(NewKey("k"), []byte("planted")))
+		require.NoError(t, os.Chmod(dir, mode))
+		c := Open(dir)
+		require.False(t, c.Enabled(), "mode %o", mode)
+		require.Contains(t, c.Disabled(), "group or others may write")
+		var calls atomic.Int32
+		got, src, err := c.Build(NewKey("k"), counting([]byte("fresh"), &calls))
+		require.NoError(t, err)
+		require.Equal(t, []byte("fresh"), got)
+		require.Equal(t, Compiled, src)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "nothing written to a refused directory")
+	}
+}
+
+// A directory or an entry another user owns is not used (as root, which
+// CI is, the test gives them to user 65534; as anyone else chown fails and
+// the test says so).
+func TestAnotherUsersDirectoryAndEntriesAreRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give files to another user")
+	}
+	dir := filepath.Join(t.TempDir(), "theirs")
+	c := Open(dir)
+	require.NoError(t, c.Put(NewKey("k"), []byte("planted")))
+	require.NoError(t, os.Chown(c.Path(NewKey("k")), 65534, 65534))
+	_, ok := c.Get(NewKey("k"))
+	require.False(t, ok, "an entry another user owns is a miss")
+
+	require.NoError(t, os.Chown(dir, 65534, 65534))
+	other := Open(dir)
+	require.False(t, other.Enabled())
+	require.Contains(t, other.Disabled(), "owned by user 65534")
+}
+
+// An entry larger than MaxEntry is a miss, found from its size without
+// reading it (a sparse file: reading it whole would take its full size in
+// memory).
+func TestOversizedEntryIsNotRead(t *testing.T) {
+	c := Open(t.TempDir())
+	k := NewKey("k")
+	require.NoError(t, c.Put(k, []byte("small")))
+	require.NoError(t, os.Truncate(c.Path(k), 512<<20))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, ok := c.Get(k)
+	runtime.ReadMemStats(&after)
+	require.False(t, ok)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated reading the entry")
+	require.Error(t, c.Put(NewKey("big"), make([]byte, MaxEntry)))
+}
+
+// A symlink or a directory in an entry's place is a miss.
+func TestEntryThatIsNotARegularFileIsAMiss(t *testing.T) {
+	c := Open(t.TempDir())
+	k := NewKey("k")
+	require.NoError(t, os.Mkdir(c.Path(k), 0o700))
+	_, ok := c.Get(k)
+	require.False(t, ok)
 }

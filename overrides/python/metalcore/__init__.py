@@ -6,10 +6,11 @@ overrides of torch.nn.functional.
     with metalcore.pytorch_overrides():
         model(x)
 """
-from . import _lib, _ops, linalg, nn, optim
+from . import _lib, _ops, functional, linalg, nn, optim
 from .patching import patch_model, unpatch_model
-from ._lib import MetalcoreError, available, lib
-from ._ops import fused_add_rms_norm, gelu, layer_norm, rms_norm, silu, softmax
+from ._lib import MetalcoreError, MetalcoreMemoryError, available, lib
+from ._warn import warn as _warn
+from .functional import fused_add_rms_norm, gelu, layer_norm, rms_norm, silu, softmax
 from ._overrides import (ALL, DEFAULTS, active_overrides, disable_pytorch_overrides, enable_pytorch_overrides,
                          fallback_counts, pytorch_overrides, reset_fallback_counts)
 
@@ -36,9 +37,17 @@ def cpu_threads():
     return int(_lib.lib.mc_cpu_threads())
 
 
+MAX_CPU_THREADS = 4096  # MC_MAX_CPU_THREADS
+
+
 def set_cpu_threads(n):
-    """Changes the CPU thread count for later calls (n >= 1)."""
-    _lib.check(_lib.lib.mc_set_cpu_threads(int(n)))
+    """Changes the CPU thread count for later calls (n >= 1; above
+    MAX_CPU_THREADS it is clamped, with a warning)."""
+    n = max(int(n), -2 ** 31)  # below 1 the library refuses it, saying so
+    if n > MAX_CPU_THREADS:
+        _warn(f"metalcore.set_cpu_threads: {n} threads clamped to {MAX_CPU_THREADS}", RuntimeWarning)
+        n = MAX_CPU_THREADS
+    _lib.check(_lib.lib.mc_set_cpu_threads(n))
 
 
 def info():
@@ -64,7 +73,7 @@ def info():
             "custom_ops": _ops.CUSTOM_OPS, "overrides": active_overrides()}
 
 
-__all__ = ["ALL", "DEFAULTS", "MetalcoreError", "active_overrides", "backends", "call_counts", "cpu_threads",
+__all__ = ["ALL", "DEFAULTS", "MAX_CPU_THREADS", "MetalcoreError", "MetalcoreMemoryError", "functional", "active_overrides", "backends", "call_counts", "cpu_threads",
            "fallback_counts", "patch_model", "unpatch_model",
            "info", "reset_call_counts", "reset_fallback_counts", "set_cpu_threads", "disable_pytorch_overrides",
            "enable_pytorch_overrides", "fused_add_rms_norm", "gelu", "layer_norm", "linalg", "nn", "optim",

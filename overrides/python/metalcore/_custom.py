@@ -1,13 +1,14 @@
-"""metalcore's ops registered with torch.library (PyTorch 2.4 and later):
-torch.ops.metalcore.*, each with a fake (shape) implementation for
-torch.compile and, where PyTorch's op is differentiable, an autograd
-formula. The implementations are _ops' kernel calls; the CUDA stream is
+"""Layer 3: metalcore's ops registered with torch.library (PyTorch 2.4 and
+later): torch.ops.metalcore.*, each with a fake (shape) implementation and,
+where PyTorch's op is differentiable, an autograd formula. They are the path
+under torch.compile and for opcheck (eager calls take _autograd's
+Functions). The implementations are _kernels' calls; the CUDA stream is
 read there, where torch.compile never traces."""
 from typing import List, Optional, Tuple
 
 import torch
 
-from . import _ops
+from . import _backward, _kernels
 
 Tensor = torch.Tensor
 
@@ -26,7 +27,7 @@ def _empty_as_none(t, wanted):
 
 @torch.library.custom_op("metalcore::rms_norm", mutates_args=())
 def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
-    return _ops.rms_norm_kernel(x, weight, eps)
+    return _kernels.rms_norm(x, weight, eps)
 
 
 @rms_norm.register_fake
@@ -36,7 +37,7 @@ def _(x, weight, eps):
 
 @torch.library.custom_op("metalcore::layer_norm", mutates_args=())
 def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    return _ops.layer_norm_kernel(x, weight, bias, eps)
+    return _kernels.layer_norm(x, weight, bias, eps)
 
 
 @layer_norm.register_fake
@@ -47,22 +48,22 @@ def _(x, weight, bias, eps):
 
 @torch.library.custom_op("metalcore::softmax", mutates_args=())
 def softmax(x: Tensor, upcast: bool) -> Tensor:
-    return _ops.softmax_kernel(x, upcast)
+    return _kernels.softmax(x, upcast)
 
 
 @torch.library.custom_op("metalcore::gelu", mutates_args=())
 def gelu(x: Tensor, tanh_form: bool) -> Tensor:
-    return _ops.gelu_kernel(x, tanh_form)
+    return _kernels.gelu(x, tanh_form)
 
 
 @torch.library.custom_op("metalcore::silu", mutates_args=())
 def silu(x: Tensor) -> Tensor:
-    return _ops.silu_kernel(x)
+    return _kernels.silu(x)
 
 
 @torch.library.custom_op("metalcore::fused_add_rms_norm", mutates_args=())
 def fused_add_rms_norm(x: Tensor, residual: Tensor, weight: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
-    return _ops.fused_add_rms_norm_kernel(x, residual, weight, eps)
+    return _kernels.fused_add_rms_norm(x, residual, weight, eps)
 
 
 @fused_add_rms_norm.register_fake
@@ -80,7 +81,7 @@ gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
 @torch.library.custom_op("metalcore::rms_norm_backward", mutates_args=())
 def rms_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor,
                       want_dw: bool) -> Tuple[Tensor, Tensor]:
-    dx, dw = _ops.rms_norm_backward_kernel(dy, x, weight, rstd, want_dw)
+    dx, dw = _kernels.rms_norm_backward(dy, x, weight, rstd, want_dw)
     return dx, _none_as_empty(dw, x)
 
 
@@ -92,7 +93,7 @@ def _(dy, x, weight, rstd, want_dw):
 @torch.library.custom_op("metalcore::layer_norm_backward", mutates_args=())
 def layer_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor, want_dw: bool,
                         want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _ops.layer_norm_backward_kernel(dy, x, weight, mean, rstd, want_dw, want_db)
+    dx, dw, db = _kernels.layer_norm_backward(dy, x, weight, mean, rstd, want_dw, want_db)
     return dx, _none_as_empty(dw, x), _none_as_empty(db, x)
 
 
@@ -104,17 +105,17 @@ def _(dy, x, weight, mean, rstd, want_dw, want_db):
 
 @torch.library.custom_op("metalcore::softmax_backward", mutates_args=())
 def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
-    return _ops.softmax_backward_kernel(dy, y)
+    return _kernels.softmax_backward(dy, y)
 
 
 @torch.library.custom_op("metalcore::gelu_backward", mutates_args=())
 def gelu_backward(dy: Tensor, x: Tensor, tanh_form: bool) -> Tensor:
-    return _ops.gelu_backward_kernel(dy, x, tanh_form)
+    return _kernels.gelu_backward(dy, x, tanh_form)
 
 
 @torch.library.custom_op("metalcore::silu_backward", mutates_args=())
 def silu_backward(dy: Tensor, x: Tensor) -> Tensor:
-    return _ops.silu_backward_kernel(dy, x)
+    return _kernels.silu_backward(dy, x)
 
 
 softmax_backward.register_fake(lambda dy, y: torch.empty_like(y))
@@ -123,32 +124,32 @@ silu_backward.register_fake(lambda dy, x: torch.empty_like(x))
 
 
 class _Backward:
-    """_ops.BACKWARD's interface over the backward ops."""
+    """The backward kernels as _backward calls them, here the backward ops."""
 
     @staticmethod
-    def rms_norm(dy, x, weight, rstd, want_dw):
+    def rms_norm_backward(dy, x, weight, rstd, want_dw):
         dx, dw = rms_norm_backward(dy.contiguous(), x, weight, rstd, want_dw)
         return dx, _empty_as_none(dw, want_dw)
 
     @staticmethod
-    def layer_norm(dy, x, weight, mean, rstd, want_dw, want_db):
+    def layer_norm_backward(dy, x, weight, mean, rstd, want_dw, want_db):
         dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, mean, rstd, want_dw, want_db)
         return dx, _empty_as_none(dw, want_dw), _empty_as_none(db, want_db)
 
     @staticmethod
-    def softmax(dy, y):
+    def softmax_backward(dy, y):
         return softmax_backward(dy.contiguous(), y)
 
     @staticmethod
-    def gelu(dy, x, tanh_form):
+    def gelu_backward(dy, x, tanh_form):
         return gelu_backward(dy.contiguous(), x, tanh_form)
 
     @staticmethod
-    def silu(dy, x):
+    def silu_backward(dy, x):
         return silu_backward(dy.contiguous(), x)
 
 
-_ops.BACKWARD = _Backward()
+_BACKWARD = _Backward()
 
 
 # ---- autograd formulas ------------------------------------------------------------
@@ -161,7 +162,7 @@ def _rms_norm_context(ctx, inputs, output):
 
 def _rms_norm_grad(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    return _ops.rms_norm_backward(dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None,)
+    return _backward.rms_norm(_BACKWARD, dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None,)
 
 
 def _layer_norm_context(ctx, inputs, output):
@@ -172,7 +173,7 @@ def _layer_norm_context(ctx, inputs, output):
 
 def _layer_norm_grad(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    return _ops.layer_norm_backward(dy, x, weight, bias, mean, rstd, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
+    return _backward.layer_norm(_BACKWARD, dy, x, weight, bias, mean, rstd, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
 
 
 def _softmax_context(ctx, inputs, output):
@@ -182,7 +183,7 @@ def _softmax_context(ctx, inputs, output):
 
 def _softmax_grad(ctx, dy):
     (y,) = ctx.saved_tensors
-    return _ops.softmax_backward(dy, y, ctx.x_dtype), None
+    return _backward.softmax(_BACKWARD, dy, y, ctx.x_dtype), None
 
 
 def _gelu_context(ctx, inputs, output):
@@ -192,7 +193,7 @@ def _gelu_context(ctx, inputs, output):
 
 def _gelu_grad(ctx, dy):
     (x,) = ctx.saved_tensors
-    return _ops.gelu_backward(dy, x, ctx.tanh_form), None
+    return _backward.gelu(_BACKWARD, dy, x, ctx.tanh_form), None
 
 
 def _silu_context(ctx, inputs, output):
@@ -201,7 +202,7 @@ def _silu_context(ctx, inputs, output):
 
 def _silu_grad(ctx, dy):
     (x,) = ctx.saved_tensors
-    return _ops.silu_backward(dy, x)
+    return _backward.silu(_BACKWARD, dy, x)
 
 
 rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_context)
@@ -215,17 +216,23 @@ silu.register_autograd(_silu_grad, setup_context=_silu_context)
 
 @torch.library.custom_op("metalcore::qr", mutates_args=())
 def qr(a: Tensor, mode: str) -> Tuple[Tensor, Tensor]:
-    from . import linalg
-    return linalg.qr_kernel(a, mode)
+    return _kernels.qr(a, mode)
 
 
 @qr.register_fake
 def _(a, mode):
-    from . import linalg
-    (q_rows, q_cols), (r_rows, r_cols) = linalg.shapes(a, mode)
+    (q_rows, q_cols), (r_rows, r_cols) = _kernels.qr_shapes(a, mode)
     batch = a.shape[:-2]
     q = a.new_empty(0) if mode == "r" else a.new_empty(*batch, q_rows, q_cols)
     return q, a.new_empty(*batch, r_rows, r_cols)
+
+
+def _tables(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs):
+    """The TensorTables of a step's lists (max_exp_avg_sqs: empty without
+    amsgrad, since a schema has no optional lists)."""
+    lists = (params, grads, exp_avgs, exp_avg_sqs)
+    return [_kernels.TensorTable(t) for t in lists] + [_kernels.TensorTable(max_exp_avg_sqs) if max_exp_avg_sqs
+                                                        else None]
 
 
 @torch.library.custom_op("metalcore::adamw_step",
@@ -234,9 +241,9 @@ def adamw_step(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor]
                max_exp_avg_sqs: List[Tensor], grad_scale: Optional[Tensor], found_inf: Optional[Tensor], lr: float,
                beta1: float, beta2: float, eps: float, weight_decay: float, step: int, amsgrad: bool,
                maximize: bool) -> None:
-    from . import optim  # max_exp_avg_sqs: empty without amsgrad (no optional lists in a schema)
-    optim.adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, grad_scale, found_inf, lr,
-                       beta1, beta2, eps, weight_decay, step, amsgrad, maximize)
+    config = _kernels.AdamWConfig(lr, beta1, beta2, eps, weight_decay, step, amsgrad, maximize)
+    _kernels.adamw_step(_tables(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), len(params), config,
+                        grad_scale, found_inf, _kernels.encoder(params[0]))
 
 
 @adamw_step.register_fake
@@ -251,18 +258,11 @@ def adamw_step_capturable(params: List[Tensor], grads: List[Tensor], exp_avgs: L
                           found_inf: Optional[Tensor], lr: float, beta1: float, beta2: float, eps: float,
                           weight_decay: float, steps: Tensor, lr_tensor: Optional[Tensor], amsgrad: bool,
                           maximize: bool) -> None:
-    from . import optim
-    optim.adamw_capturable_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, grad_scale,
-                                  found_inf, lr, beta1, beta2, eps, weight_decay, steps, lr_tensor, amsgrad, maximize)
+    config = _kernels.AdamWConfig(lr, beta1, beta2, eps, weight_decay, 1, amsgrad, maximize)
+    _kernels.adamw_step_capturable(_tables(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), len(params),
+                                   config, grad_scale, found_inf, steps, lr_tensor, _kernels.encoder(params[0]))
 
 
 @adamw_step_capturable.register_fake
 def _(*args):
     return None
-
-
-# The forward ops as _ops' functions call them (the first output only where
-# the op also returns what its backward keeps).
-OPS = (lambda x, weight, eps: rms_norm(x, weight, eps)[0],
-       lambda x, weight, bias, eps: layer_norm(x, weight, bias, eps)[0],
-       softmax, gelu, silu, fused_add_rms_norm)

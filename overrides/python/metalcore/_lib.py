@@ -1,21 +1,31 @@
-"""Loading libmetalcore and describing torch tensors to it (ctypes)."""
+"""Layer 1: loading libmetalcore, describing torch tensors to it, and saying
+whether it takes a call.
+
+Everything a kernel call needs on the host is here, made cheap: a tensor is
+described by one struct.pack_into into a per-thread slot (the mc_tensor and
+its shape and strides side by side, at fixed addresses), the CUDA stream is
+read as a raw handle, and every library function has fixed argtypes taking
+addresses."""
 import collections
 import ctypes
 import functools
 import logging
+import math
 import os
 import pathlib
+import struct
 import sys
-import warnings
+import threading
 
 import torch
 
 from . import _mps
+from ._warn import warn
 
 # The library version this package is written for (MC_VERSION_MAJOR, and the
 # MC_VERSION_MINOR that added the last function it calls): a library of
 # another major, or an older minor, is refused.
-ABI_MAJOR, ABI_MINOR = 0, 4
+ABI_MAJOR, ABI_MINOR = 0, 5
 
 log = logging.getLogger("metalcore")
 if os.environ.get("METALCORE_LOG", "").lower() == "debug":
@@ -28,26 +38,29 @@ _NAME = "libmetalcore.dylib" if sys.platform == "darwin" else "libmetalcore.so"
 _REPO_BUILD = _HERE.parents[2] / "build" / _NAME
 
 
+def _open(path):
+    """The library at path, checked to be metalcore (an ImportError naming
+    the file otherwise)."""
+    try:
+        found = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise ImportError(f"metalcore: {path} cannot be loaded: {e}") from None
+    if not hasattr(found, "mc_version"):
+        raise ImportError(f"metalcore: {path} is not libmetalcore (it has no mc_version)")
+    return found
+
+
 def _find():
-    """The library: METALCORE_LIBRARY when set (an ImportError naming it when
-    it is missing or not loadable), else the copy bundled with the package
-    (make python), else the repository's build/ (a source checkout)."""
+    """The library: METALCORE_LIBRARY when set, else the copy bundled with the
+    package (make python), else the repository's build/ (a source checkout)."""
     env = os.environ.get("METALCORE_LIBRARY")
     if env:
-        try:
-            return ctypes.CDLL(env)
-        except OSError as e:
-            raise ImportError(f"metalcore: METALCORE_LIBRARY={env} cannot be loaded: {e}") from None
-    tried = []
+        return _open(env)
     for path in (_HERE / _NAME, _REPO_BUILD):
-        tried.append(str(path))
         if path.is_file():
-            try:
-                return ctypes.CDLL(str(path))
-            except OSError as e:
-                tried[-1] += f" ({e})"
-    raise ImportError(f"metalcore: {_NAME} not found or not loadable; looked at: " + ", ".join(tried) +
-                      ". Build it with `make` in the metalcore repository, or set METALCORE_LIBRARY.")
+            return _open(path)
+    raise ImportError(f"metalcore: {_NAME} not found; looked at: {_HERE / _NAME}, {_REPO_BUILD}. "
+                      "Build it with `make` in the metalcore repository, or set METALCORE_LIBRARY.")
 
 
 lib = _find()
@@ -69,33 +82,96 @@ class Tensor(ctypes.Structure):
 
 DTYPES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.uint8: (1, 8)}
 DEVICES = {"cpu": 1, "cuda": 2, "mps": 8}
+MAX_DIMS = 32  # the library's bound on ndim
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+# ---- describing tensors -------------------------------------------------------------
+
+# An mc_tensor is 48 bytes; a slot holds one and, right after it, its shape
+# and strides, so one pack_into writes a whole description.
+_HEAD = "<QiiiBBHQQQ"
+assert ctypes.sizeof(Tensor) == struct.calcsize(_HEAD) == 48
+_SLOT_BYTES = 48 + 16 * MAX_DIMS
+_CONTIGUOUS = [struct.Struct(_HEAD + "q" * max(n, 1)) for n in range(MAX_DIMS + 1)]
+_STRIDED = [struct.Struct(_HEAD + "q" * (2 * n)) for n in range(MAX_DIMS + 1)]
 
 
-_ARRAYS = [ctypes.c_int64 * n for n in range(1, 33)]  # building array types per call is slow
+class _Slots(threading.local):
+    """Each thread's description slots, one per argument position of a call
+    (a call runs with the GIL released, so threads cannot share them)."""
+
+    def __init__(self):
+        self.buffers = []
+        self.addresses = []
+
+    def grow(self, n):
+        while len(self.buffers) <= n:
+            buf = ctypes.create_string_buffer(_SLOT_BYTES)
+            self.buffers.append(buf)
+            self.addresses.append(ctypes.addressof(buf))
 
 
-def describe(t):
-    """A reference to an mc_tensor for t (None for None); keeps its arrays alive."""
+_slots = _Slots()
+
+
+def _place(t):
+    """(data, device type, device id, byte offset) of t."""
+    dev = t.device
+    if dev.type == "mps":
+        data, offset = _mps.buffer_and_offset(t)
+        return data, 8, dev.index or 0, offset
+    return t.data_ptr(), DEVICES[dev.type], dev.index or 0, 0
+
+
+def pack_into(buf, offset, address, t):
+    """Writes t's mc_tensor at buf[offset:] (its address is address), its
+    shape and strides right after it."""
+    data, device_type, device_id, byte_offset = _place(t)
+    code, bits = DTYPES[t.dtype]
+    n = t.dim()
+    if t.is_contiguous():
+        _CONTIGUOUS[n].pack_into(buf, offset, data, device_type, device_id, n, code, bits, 1, address + 48, 0,
+                                 byte_offset, *(t.shape if n else (0,)))
+    else:
+        _STRIDED[n].pack_into(buf, offset, data, device_type, device_id, n, code, bits, 1, address + 48,
+                              address + 48 + 8 * n, byte_offset, *t.shape, *t.stride())
+
+
+def describe(t, slot=0):
+    """The address of an mc_tensor for t in this thread's slot (None for
+    None), valid until the slot is used again."""
     if t is None:
         return None
-    code, bits = DTYPES[t.dtype]
-    arr = _ARRAYS[max(t.dim(), 1) - 1]
-    shape = arr(*t.shape)
-    strides = None if t.is_contiguous() else arr(*t.stride())  # NULL: row-major contiguous
-    data, offset = (_mps.buffer_and_offset(t) if t.device.type == "mps" else (t.data_ptr(), 0))
-    d = Tensor(data, DEVICES[t.device.type], t.device.index or 0, t.dim(), code, bits, 1, shape, strides, offset)
-    d._keep = (shape, strides)
-    return ctypes.byref(d)
+    try:
+        buf, address = _slots.buffers[slot], _slots.addresses[slot]
+    except IndexError:
+        _slots.grow(slot)
+        buf, address = _slots.buffers[slot], _slots.addresses[slot]
+    pack_into(buf, 0, address, t)
+    return address
+
+
+def describe_all(*tensors):
+    """describe() of each argument, in slots 0, 1, ..."""
+    return [describe(t, i) for i, t in enumerate(tensors)]
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def encoder(t):
-    """The queue to encode on: the tensor's device's current stream, or NULL on the CPU."""
+    """The queue to encode on: the raw handle of the tensor's device's current
+    stream, the current MPS compute encoder, or None on the CPU."""
     if t.is_cuda:
-        return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+        if _raw_stream is not None:
+            return _raw_stream(t.get_device())
+        return torch.cuda.current_stream(t.device).cuda_stream
     if t.device.type == "mps":  # PyTorch's current compute encoder (see _mps)
-        return ctypes.c_void_p(_mps_route()[0].encoder())
+        return _mps_route()[0].encoder()
     return None
 
+
+# ---- calling the library --------------------------------------------------------------
 
 class MetalcoreError(RuntimeError):
     """A call metalcore refused; the message is its own, status its mc_status."""
@@ -108,35 +184,74 @@ class MetalcoreError(RuntimeError):
         return (MetalcoreError, (str(self), self.status))
 
 
-# Every function of the header, typed: (restype, argtypes).
+class MetalcoreMemoryError(MetalcoreError, MemoryError):
+    """The library could not allocate its working memory (MC_ERR_OUT_OF_MEMORY)."""
+
+
+OUT_OF_MEMORY = 7
+
+# Every function of the header, typed: (restype, argtypes); tensors, tensor
+# lists, the config and the encoder travel as addresses.
 _P, _I32, _I64, _F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
-_T = ctypes.POINTER(Tensor)
-_TL = ctypes.POINTER(_T)
 _SIGNATURES = {
     "mc_version": (_I32, []), "mc_version_string": (ctypes.c_char_p, []),
     "mc_backend_available": (_I32, [_I32]), "mc_last_error": (ctypes.c_char_p, []),
-    "mc_rmsnorm_fwd": (_I32, [_T, _T, _F, _T, _T, _P]),
-    "mc_rmsnorm_bwd_workspace_size": (_I32, [_T, ctypes.POINTER(_I64)]),
-    "mc_rmsnorm_bwd": (_I32, [_T, _T, _T, _T, _T, _T, _T, _P]),
-    "mc_fused_add_rmsnorm_fwd": (_I32, [_T, _T, _T, _F, _T, _T, _T, _P]),
-    "mc_layernorm_fwd": (_I32, [_T, _T, _T, _F, _T, _T, _T, _P]),
-    "mc_layernorm_bwd_workspace_size": (_I32, [_T, ctypes.POINTER(_I64)]),
-    "mc_layernorm_bwd": (_I32, [_T, _T, _T, _T, _T, _T, _T, _T, _T, _P]),
-    "mc_softmax_fwd": (_I32, [_T, _T, _P]), "mc_softmax_bwd": (_I32, [_T, _T, _T, _P]),
-    "mc_gelu_fwd": (_I32, [_T, _I32, _T, _P]), "mc_gelu_bwd": (_I32, [_T, _T, _I32, _T, _P]),
-    "mc_silu_fwd": (_I32, [_T, _T, _P]), "mc_silu_bwd": (_I32, [_T, _T, _T, _P]),
-    "mc_adamw_step": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _P]),
-    "mc_adamw_step_scaled": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _T, _T, _P]),
-    "mc_adamw_step_capturable": (_I32, [_P, _I64, _TL, _TL, _TL, _TL, _TL, _T, _T, _T, _T, _P]),
-    "mc_qr_workspace_size": (_I32, [_T, _I32, ctypes.POINTER(_I64)]),
-    "mc_qr": (_I32, [_T, _I32, _T, _T, _T, _P]),
+    "mc_rmsnorm_fwd": (_I32, [_P, _P, _F, _P, _P, _P]),
+    "mc_rmsnorm_bwd_workspace_size": (_I32, [_P, _P]),
+    "mc_rmsnorm_bwd": (_I32, [_P, _P, _P, _P, _P, _P, _P, _P]),
+    "mc_fused_add_rmsnorm_fwd": (_I32, [_P, _P, _P, _F, _P, _P, _P, _P]),
+    "mc_layernorm_fwd": (_I32, [_P, _P, _P, _F, _P, _P, _P, _P]),
+    "mc_layernorm_bwd_workspace_size": (_I32, [_P, _P]),
+    "mc_layernorm_bwd": (_I32, [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "mc_softmax_fwd": (_I32, [_P, _P, _P]), "mc_softmax_bwd": (_I32, [_P, _P, _P, _P]),
+    "mc_gelu_fwd": (_I32, [_P, _I32, _P, _P]), "mc_gelu_bwd": (_I32, [_P, _P, _I32, _P, _P]),
+    "mc_silu_fwd": (_I32, [_P, _P, _P]), "mc_silu_bwd": (_I32, [_P, _P, _P, _P]),
+    "mc_adamw_step": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P]),
+    "mc_adamw_step_scaled": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "mc_adamw_step_capturable": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),
+    "mc_qr": (_I32, [_P, _I32, _P, _P, _P, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),
-    "mc_metal_prepare": (_I32, [ctypes.c_void_p]),
+    "mc_metal_prepare": (_I32, [_P]),
     "mc_cpu_threads": (_I32, []), "mc_set_cpu_threads": (_I32, [_I32]), "mc_cpu_isa": (ctypes.c_char_p, []),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
     _fn = getattr(lib, _name)
     _fn.restype, _fn.argtypes = _res, _args
+
+# library calls made, by function (mc_ name without the prefix)
+CALLS = collections.Counter()
+
+# Calls that went to PyTorch's own op instead, by (op, reason): logged at
+# DEBUG, and once at INFO where the reason is surprising (the op takes this
+# dtype, but not this call).
+FALLBACKS = collections.Counter()
+_SURPRISING = {"non-contiguous", "mixed dtypes", "mixed devices", "data not aligned to its elements"}  # MISALIGNED
+_told = set()
+
+
+def fell_back(op, reason):
+    FALLBACKS[(op, reason)] += 1
+    log.debug("%s falls back to PyTorch: %s", op, reason)
+    if reason in _SURPRISING and (op, reason) not in _told:
+        _told.add((op, reason))
+        log.info("%s falls back to PyTorch's own for %s inputs (counted in metalcore.fallback_counts())", op, reason)
+
+
+def fail(status):
+    """Raises MetalcoreError (MetalcoreMemoryError when memory ran out) for
+    a non-OK status."""
+    cls = MetalcoreMemoryError if status == OUT_OF_MEMORY else MetalcoreError
+    raise cls(lib.mc_last_error().decode(), status)
+
+
+def check(status):
+    """Raises for a non-OK status."""
+    if status:
+        fail(status)
+
+
+# ---- fork, backends and warnings ------------------------------------------------------
 
 # A process forked after the library was loaded cannot use it (the Go
 # runtime inside does not survive fork; every call there fails with
@@ -155,34 +270,6 @@ os.register_at_fork(after_in_child=_in_child)
 def forked():
     """Whether this is a child forked after metalcore was loaded."""
     return _forked
-
-
-# library calls made, by function (mc_ name without the prefix)
-CALLS = collections.Counter()
-
-
-def call(name, *args):
-    """Calls mc_<name>: tensors (or None) become descriptors, floats c_float,
-    ints int32; raises MetalcoreError on a non-OK status."""
-    conv = []
-    for a in args:
-        if a is None or isinstance(a, torch.Tensor):
-            conv.append(describe(a))
-        elif isinstance(a, float):
-            conv.append(ctypes.c_float(a))
-        elif isinstance(a, int):
-            conv.append(ctypes.c_int32(a))
-        else:
-            conv.append(a)
-    CALLS[name] += 1
-    check(getattr(lib, "mc_" + name)(*conv))
-
-
-@functools.lru_cache(maxsize=None)
-def check(status):
-    """Raises MetalcoreError for a non-OK status (the fast path of call())."""
-    if status != 0:
-        raise MetalcoreError(lib.mc_last_error().decode(), status)
 
 
 def available(device_type):
@@ -214,7 +301,80 @@ def _mps_route():
 
 @functools.lru_cache(maxsize=None)
 def _warn_forked():
-    warnings.warn("metalcore: this process was forked after metalcore was loaded, and metalcore cannot run in "
-                  "such a child (the Go runtime inside it does not survive fork); PyTorch's own ops are used "
-                  "here instead. Use the spawn or forkserver start method to run metalcore in workers.",
-                  RuntimeWarning, stacklevel=3)
+    warn("metalcore: this process was forked after metalcore was loaded, and metalcore cannot run in "
+         "such a child (the Go runtime inside it does not survive fork); PyTorch's own ops are used "
+         "here instead. Use the spawn or forkserver start method to run metalcore in workers.",
+         RuntimeWarning)
+
+
+# ---- whether the library takes a call ----------------------------------------------
+
+_is_tracing = torch.jit.is_tracing
+_onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
+
+
+# The reasons recording() gives: PyTorch's op runs instead, even where a
+# direct metalcore function would refuse the input.
+PYTORCH_RUNS = ("traced", "forked child")
+
+
+def recording():
+    """Why PyTorch's own op must run whatever the input: a torch.jit trace or
+    an ONNX export is recording the call (a ctypes call would be invisible to
+    it), or this is a forked child; else None."""
+    if _is_tracing() or _onnx_export():
+        return "traced"
+    if _forked:
+        _warn_forked()
+        return "forked child"
+    return None
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+MISALIGNED = "data not aligned to its elements"
+
+
+def unsupported(*tensors):
+    """Why metalcore does not compute this call, or None when it does: the
+    first tensor float32/float16/bfloat16, 1 to 32 dimensions, on a device
+    with a backend; every tensor (None skipped) plain (not a subclass),
+    of its dtype and device, contiguous and aligned to its elements; and no
+    trace recording the call."""
+    first = tensors[0]
+    if not isinstance(first, torch.Tensor):
+        return "not a tensor"
+    why = recording()
+    if why is not None:
+        return why
+    if first.dtype not in FLOATS:
+        return f"dtype {str(first.dtype)[6:]}"
+    n = first.dim()
+    if n == 0:
+        return "0-d"
+    if n > MAX_DIMS:
+        return f"more than {MAX_DIMS} dimensions"
+    if not available(first.device.type):
+        return f"no {first.device.type} backend"
+    dtype, device = first.dtype, first.device
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) not in _PLAIN:
+            return "tensor subclass" if isinstance(t, torch.Tensor) else f"{type(t).__name__} where a tensor goes"
+        if t.dtype != dtype:
+            return "mixed dtypes"
+        if t.device != device:
+            return "mixed devices"
+        if not t.is_contiguous():
+            return "non-contiguous"
+        if t.data_ptr() % t.element_size():
+            return MISALIGNED
+    return None
+
+
+def eps_refused(eps):
+    """Why the library refuses eps (finite and >= 0 as a float32), or None."""
+    e = ctypes.c_float(eps).value if isinstance(eps, (int, float)) else None
+    if e is None or not e >= 0 or math.isinf(e):
+        return f"eps {eps!r}"
+    return None

@@ -21,9 +21,9 @@ back to PyTorch's own ops, with one warning naming what is missing.
 import ctypes
 import functools
 import sys
-import warnings
-
 import torch
+
+from ._warn import warn
 
 # Itanium-mangled names of the two functions (dlsym adds macOS's underscore)
 STREAM_SYMBOL = "_ZN2at3mps19getCurrentMPSStreamEv"
@@ -65,7 +65,7 @@ def probe(metal_available):
 
 @functools.lru_cache(maxsize=None)
 def warn_unavailable(why):
-    warnings.warn(f"metalcore: MPS tensors use PyTorch's own ops ({why})", stacklevel=3)
+    warn(f"metalcore: MPS tensors use PyTorch's own ops ({why})")
 
 
 def buffer_and_offset(t):

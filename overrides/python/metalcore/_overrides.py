@@ -1,14 +1,16 @@
-"""Patching torch.nn.functional (and torch.linalg.qr) with metalcore, and
-putting the originals back."""
-import collections
+"""Layer 4: patching torch.nn.functional (and torch.linalg.qr) with
+metalcore, and putting the originals back. A patched function computes
+with metalcore wherever the library takes the call and falls back to the
+function it replaced everywhere else, so it never raises where PyTorch
+computes."""
 import contextlib
 import threading
 
 import torch
 import torch.nn.functional as F
 
-from . import _ops, linalg
-from ._lib import log
+from . import _lib, _ops, linalg
+from .functional import gelu_refused, norm_refused, softmax_refused, upcasts, weights_misfit
 
 # Measured faster than PyTorch's own on that device (bench/cpu.md against
 # Debian's PyTorch 1.13; bench/cuda.md against PyTorch 2.11 on an H100).
@@ -18,52 +20,49 @@ DEFAULTS = {
 }
 ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
 
-# Surprising reasons to fall back (the op takes this dtype, but not this
-# call): logged once at INFO; every fallback is counted and logged at DEBUG.
-_SURPRISING = {"non-contiguous", "mixed dtypes", "mixed devices"}
-_counts = collections.Counter()  # (op, reason) -> calls
-_told = set()
-
-
-def _fell_back(op, reason):
-    if _nested():
-        return  # counted by the patched function whose fallback this is
-    _counts[(op, reason)] += 1
-    log.debug("%s falls back to PyTorch: %s", op, reason)
-    if reason in _SURPRISING and (op, reason) not in _told:
-        _told.add((op, reason))
-        log.info("%s falls back to PyTorch's own for %s inputs (counted in metalcore.fallback_counts())", op, reason)
-
-
-# A fallback's original may call another patched function (F.softmax calls
-# Tensor.softmax): inside it, the patched functions go straight to theirs.
+# The targets whose fallback is running on this thread. A fallback's
+# function may call another patched function (F.softmax calls
+# Tensor.softmax): inside it, the patched functions go straight to theirs,
+# uncounted. One that is re-entered through its own fallback (another
+# library's wrapper of it, taken for the original) goes to PyTorch's.
 _inside = threading.local()
 
 
-def _fall_back(op, why, original, *args, **kwargs):
-    _fell_back(op, why)
-    _inside.depth = getattr(_inside, "depth", 0) + 1
-    try:
-        return original(*args, **kwargs)
-    finally:
-        _inside.depth -= 1
+def _running():
+    targets = getattr(_inside, "targets", None)
+    if targets is None:
+        targets = _inside.targets = set()
+    return targets
 
 
 def _nested():
-    return getattr(_inside, "depth", 0) > 0
+    return bool(getattr(_inside, "targets", None))
+
+
+def _fall_back(target, why, *args, **kwargs):
+    running = _running()
+    if target in running:
+        return _PYTORCH[target](*args, **kwargs)
+    if not running:
+        _lib.fell_back(_TARGETS[target][0], why)
+    running.add(target)
+    try:
+        return _ORIGINALS[target](*args, **kwargs)
+    finally:
+        running.discard(target)
 
 
 def fallback_counts():
     """Calls of each patched function that went to PyTorch's own, by reason:
     {op: {reason: count}}."""
     out = {}
-    for (op, reason), n in sorted(_counts.items()):
+    for (op, reason), n in sorted(_lib.FALLBACKS.items()):
         out.setdefault(op, {})[reason] = n
     return out
 
 
 def reset_fallback_counts():
-    _counts.clear()
+    _lib.FALLBACKS.clear()
 
 
 def _off(op, t):
@@ -84,108 +83,88 @@ def _last_dim(input, normalized_shape):
     return "normalized over more than the last dimension"
 
 
-def _rms_norm(orig):
-    def rms_norm(input, normalized_shape, weight=None, eps=None):
-        why = _off("rms_norm", input) or _last_dim(input, normalized_shape) or _ops.unsupported(input, weight)
-        if why is None:
-            return _ops.rms_norm_unchecked(input, weight, torch.finfo(input.dtype).eps if eps is None else eps)
-        return _fall_back("rms_norm", why, orig, input, normalized_shape, weight, eps)
-    return rms_norm
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    eps_ = torch.finfo(input.dtype).eps if eps is None and isinstance(input, torch.Tensor) else eps
+    why = (_off("rms_norm", input) or _last_dim(input, normalized_shape) or norm_refused(input, eps_, weight) or
+           weights_misfit(input, weight))
+    if why is None:
+        return _ops.rms_norm(input, weight, float(eps_))
+    return _fall_back("rms_norm", why, input, normalized_shape, weight, eps)
 
 
-def _layer_norm(orig):
-    def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-        why = _off("layer_norm", input) or _last_dim(input, normalized_shape) or _ops.unsupported(input, weight, bias)
-        if why is None:
-            return _ops.layer_norm_unchecked(input, weight, bias, eps)
-        return _fall_back("layer_norm", why, orig, input, normalized_shape, weight, bias, eps)
-    return layer_norm
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    why = (_off("layer_norm", input) or _last_dim(input, normalized_shape) or
+           norm_refused(input, eps, weight, bias) or weights_misfit(input, weight, bias))
+    if why is None:
+        return _ops.layer_norm(input, weight, bias, float(eps))
+    return _fall_back("layer_norm", why, input, normalized_shape, weight, bias, eps)
 
 
-def _softmax_why(input, dim, dtype):
-    """Why a softmax call is not metalcore's, or None: a dtype= other than
-    the input's, or another dim."""
-    why = _off("softmax", input) or _ops.unsupported(input)
-    if why is None and dtype is not None and dtype != input.dtype and not _ops.upcasts(input, dtype):
-        why = f"dtype={str(dtype)[6:]} on {str(input.dtype)[6:]} input"
-    if why is None and (dim is None or dim not in (-1, input.dim() - 1)):
-        why = "dim other than the last"
-    return why
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    why = _off("softmax", input) or softmax_refused(input, dim, dtype)
+    if why is None:
+        return _ops.softmax(input, upcasts(input, dtype))
+    return _fall_back("softmax", why, input, dim, _stacklevel, dtype)
 
 
-def _softmax(orig):
-    def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        why = _softmax_why(input, dim, dtype)
-        if why is None:
-            return _ops.softmax_unchecked(input, _ops.upcasts(input, dtype))
-        return _fall_back("softmax", why, orig, input, dim, _stacklevel, dtype)
-    return softmax
-
-
-def _torch_softmax(orig):
+def torch_softmax(input, dim, dtype=None):
     """torch.softmax and Tensor.softmax: (input, dim, dtype=None)."""
-    def softmax(input, dim, dtype=None):
-        why = _softmax_why(input, dim, dtype)
-        if why is None:
-            return _ops.softmax_unchecked(input, _ops.upcasts(input, dtype))
-        return _fall_back("softmax", why, orig, input, dim, dtype=dtype)
-    return softmax
+    why = _off("softmax", input) or softmax_refused(input, dim, dtype)
+    if why is None:
+        return _ops.softmax(input, upcasts(input, dtype))
+    return _fall_back("torch_softmax", why, input, dim, dtype=dtype)
 
 
-def _gelu(orig):
-    def gelu(input, approximate="none"):
-        why = _off("gelu", input) or _ops.unsupported(input)
-        if why is None and approximate not in ("none", "tanh"):
-            why = f"approximate={approximate!r}"
-        if why is None:
-            return _ops.gelu_unchecked(input, approximate)
-        if approximate != "none":
-            return _fall_back("gelu", why, orig, input, approximate=approximate)
-        return _fall_back("gelu", why, orig, input)
-    return gelu
+def tensor_softmax(input, dim, dtype=None):
+    why = _off("softmax", input) or softmax_refused(input, dim, dtype)
+    if why is None:
+        return _ops.softmax(input, upcasts(input, dtype))
+    return _fall_back("tensor_softmax", why, input, dim, dtype=dtype)
 
 
-def _silu(orig):
-    def silu(input, inplace=False):
-        why = _off("silu", input) or ("inplace=True" if inplace else None) or _ops.unsupported(input)
-        if why is None:
-            return _ops.silu_unchecked(input)
-        return _fall_back("silu", why, orig, input, inplace=inplace)
-    return silu
+def gelu(input, approximate="none"):
+    why = _off("gelu", input) or gelu_refused(input, approximate)
+    if why is None:
+        return _ops.gelu(input, approximate == "tanh")
+    if approximate != "none":
+        return _fall_back("gelu", why, input, approximate=approximate)
+    return _fall_back("gelu", why, input)
 
 
-def _qr(orig):
-    def qr(A, mode="reduced", *, out=None):
-        why = _off("qr", A) or ("out=" if out is not None else None) or linalg.why_not(A, mode)
-        if why is None:
-            return torch.return_types.linalg_qr(linalg.qr_unchecked(A, mode))
-        if out is not None:
-            return _fall_back("qr", why, orig, A, mode, out=out)
-        return _fall_back("qr", why, orig, A, mode)
-    return qr
+def silu(input, inplace=False):
+    why = _off("silu", input) or ("inplace=True" if inplace else None) or _lib.unsupported(input)
+    if why is None:
+        return _ops.silu(input)
+    return _fall_back("silu", why, input, inplace=inplace)
 
 
-# What each op patches: target name -> (op, owner, attribute, wrapper factory)
+def qr(A, mode="reduced", *, out=None):
+    why = _off("qr", A) or ("out=" if out is not None else None) or linalg.why_not(A, mode)
+    if why is None:
+        return torch.return_types.linalg_qr(_ops.qr(A, mode))
+    if out is not None:
+        return _fall_back("qr", why, A, mode, out=out)
+    return _fall_back("qr", why, A, mode)
+
+
+# What each target patches: target -> (op, owner, attribute, the patched function)
 _TARGETS = {
-    "rms_norm": ("rms_norm", F, "rms_norm", _rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", _layer_norm),
-    "softmax": ("softmax", F, "softmax", _softmax), "torch_softmax": ("softmax", torch, "softmax", _torch_softmax),
-    "tensor_softmax": ("softmax", torch.Tensor, "softmax", _torch_softmax), "gelu": ("gelu", F, "gelu", _gelu),
-    "silu": ("silu", F, "silu", _silu), "qr": ("qr", torch.linalg, "qr", _qr),
+    "rms_norm": ("rms_norm", F, "rms_norm", rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", layer_norm),
+    "softmax": ("softmax", F, "softmax", softmax), "torch_softmax": ("softmax", torch, "softmax", torch_softmax),
+    "tensor_softmax": ("softmax", torch.Tensor, "softmax", tensor_softmax), "gelu": ("gelu", F, "gelu", gelu),
+    "silu": ("silu", F, "silu", silu), "qr": ("qr", torch.linalg, "qr", qr),
 }
 
 
 def _patched(target, original):
-    """The function installed for target: made once, at import, around
-    PyTorch's original, and kept. It is a module-level function here, so it
-    pickles by reference (a module that stored it, as TransformerEncoderLayer
-    stores its activation, stays picklable after the overrides are turned
-    off), and TorchScript sees the original: the same builtin op where the
-    original is one, else the original's source (torch.jit.script's rule for
-    script-if-tracing wrappers)."""
-    fn = _TARGETS[target][3](lambda *args, **kwargs: _ORIGINALS[target](*args, **kwargs))
-    fn.__qualname__ = "patched_" + target  # what pickle looks up
+    """The function installed for target, a module-level function here (it
+    pickles by reference: a module that stored it, as
+    TransformerEncoderLayer stores its activation, stays picklable after the
+    overrides are turned off), which TorchScript sees as the original: the
+    same builtin op where the original is one, else the original's source
+    (torch.jit.script's rule for script-if-tracing wrappers)."""
+    fn = _TARGETS[target][3]
     fn.__name__ = getattr(original, "__name__", target)  # what TorchScript names the original's compiled source
-    fn.__module__ = __name__
     fn.__wrapped__ = original
     builtin = torch.jit._builtins._find_builtin(original)
     if builtin is not None:
@@ -193,14 +172,27 @@ def _patched(target, original):
     else:
         fn.__script_if_tracing_wrapper = True
         fn.__original_fn = original
-    globals()[fn.__qualname__] = fn
     return fn
 
 
-# PyTorch's originals and their replacements, for what this PyTorch has
-# (F.rms_norm only from 2.4 on).
-_ORIGINALS = {t: getattr(owner, attr) for t, (_, owner, attr, _f) in _TARGETS.items() if hasattr(owner, attr)}
-_PATCHES = {t: _patched(t, orig) for t, orig in _ORIGINALS.items()}
+# PyTorch's functions as imported (where this PyTorch has them: F.rms_norm
+# only from 2.4 on), what each patched function falls back to (the function
+# it replaced when last turned on), and the patched functions.
+_PYTORCH = {t: getattr(owner, attr) for t, (_, owner, attr, _f) in _TARGETS.items() if hasattr(owner, attr)}
+_ORIGINALS = dict(_PYTORCH)
+_PATCHES = {t: _patched(t, orig) for t, orig in _PYTORCH.items()}
+
+
+def _calls_patch(fn, patch):
+    """Whether fn is patch or a wrapper of it (through __wrapped__)."""
+    for _ in range(16):
+        if fn is patch:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
+
 
 _enabled = {}  # op -> the device types it is on for
 
@@ -213,13 +205,12 @@ def _apply(enabled):
         op, owner, attr, _ = _TARGETS[target]
         on = bool(enabled.get(op))
         current = getattr(owner, attr)
-        if on and current is not patch:
+        if on and not _calls_patch(current, patch):
             _ORIGINALS[target] = current
             if hasattr(patch, "__original_fn"):
                 patch.__original_fn = current
-        if on:
             setattr(owner, attr, patch)
-        elif current is patch:
+        elif not on and current is patch:
             setattr(owner, attr, _ORIGINALS[target])
     _enabled.clear()
     _enabled.update({op: set(d) for op, d in enabled.items() if d and any(_TARGETS[t][0] == op for t in _PATCHES)})
@@ -234,16 +225,38 @@ def _selection(ops):
     return {op: {"cpu", "cuda"} for op in ops}
 
 
+# What enable/disable last set, and the pytorch_overrides blocks open now
+# (on any thread), oldest first: the newest block's selection is in force,
+# else the base. A block that ends removes its own entry, in whatever order
+# blocks end.
+_lock = threading.RLock()
+_base = {}
+_blocks = []  # [token, selection]
+
+
+def _set(selection):
+    """Sets the selection in force now: the newest open block's, else the
+    base."""
+    global _base
+    with _lock:
+        if _blocks:
+            _blocks[-1][1] = selection
+        else:
+            _base = selection
+        _apply(selection)
+
+
 def enable_pytorch_overrides(ops=None):
     """Makes the overrides exactly ops: names from ALL (on every device), or
     None for DEFAULTS. Ops not named go back to PyTorch's originals, so
-    enable(['gelu']) then enable(['silu']) leaves only silu on. Idempotent."""
-    _apply(_selection(ops))
+    enable(['gelu']) then enable(['silu']) leaves only silu on. Idempotent.
+    Inside a pytorch_overrides block it lasts until the block ends."""
+    _set(_selection(ops))
 
 
 def disable_pytorch_overrides():
     """Puts back the exact original functions."""
-    _apply({})
+    _set({})
 
 
 def active_overrides():
@@ -254,11 +267,17 @@ def active_overrides():
 @contextlib.contextmanager
 def pytorch_overrides(ops=None):
     """with metalcore.pytorch_overrides(ops): ... — exactly ops inside; on
-    exit the overrides are what they were before (blocks nest, and an
-    enable_pytorch_overrides() outside them stays)."""
-    before = {op: set(d) for op, d in _enabled.items()}
-    _apply(_selection(ops))
+    exit the overrides are what they were before (blocks nest). Blocks on
+    several threads share the process's one set of functions: the newest
+    open block's ops are on, and when every block has ended, the set
+    enable_pytorch_overrides left."""
+    entry = [object(), _selection(ops)]
+    with _lock:
+        _blocks.append(entry)
+        _apply(entry[1])
     try:
         yield
     finally:
-        _apply(before)
+        with _lock:
+            _blocks.remove(entry)
+            _apply(_blocks[-1][1] if _blocks else _base)

@@ -1,12 +1,15 @@
-"""Modules with PyTorch's signatures and state_dict layout, computed by
-metalcore where it takes the input and by PyTorch's own arithmetic
-elsewhere: RMSNorm, LayerNorm, FusedAddRMSNorm, SiLU, GELU, Softmax."""
+"""Layer 4: modules with PyTorch's signatures and state_dict layout,
+computed by metalcore where it takes the input and by PyTorch's own
+arithmetic elsewhere (and under a torch.jit trace): RMSNorm, LayerNorm,
+FusedAddRMSNorm, SiLU, GELU, Softmax. torch.jit.script compiles each as
+the PyTorch module it mirrors, with the same parameters."""
 import numbers
+from typing import List, Optional
 
 import torch
-import torch.nn.functional as F
 
-from . import _ops
+from . import _backward, _lib, _ops
+from .functional import gelu_refused, norm_refused, softmax_refused
 
 
 def _shape(normalized_shape):
@@ -19,6 +22,44 @@ def _last_dim_only(x, shape):
     """Whether the normalized shape is x's last dimension alone (what
     metalcore normalizes over)."""
     return len(shape) == 1 and x.dim() >= 1 and x.shape[-1] == shape[0]
+
+
+def _eps(eps, x):
+    """RMSNorm's eps: None means the input dtype's epsilon."""
+    return torch.finfo(x.dtype).eps if eps is None and x.is_floating_point() else eps
+
+
+def _scripted_rms_norm(x: torch.Tensor, dims: List[int], eps: Optional[float],
+                       weight: Optional[torch.Tensor]) -> torch.Tensor:
+    """RMSNorm in PyTorch's ops as TorchScript compiles it."""
+    if eps is None:  # the input dtype's epsilon (torch.finfo, which TorchScript lacks)
+        eps = 1.1920928955078125e-07
+        if x.dtype == torch.float16:
+            eps = 0.0009765625
+        elif x.dtype == torch.bfloat16:
+            eps = 0.0078125
+        elif x.dtype == torch.float64:
+            eps = 2.220446049250313e-16
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
+    if weight is not None:
+        y = y * weight
+    return y
+
+
+class _ScriptedRMSNorm(torch.nn.Module):
+    """What metalcore's RMSNorm becomes under torch.jit.script."""
+    eps: Optional[float]
+    dims: List[int]
+
+    def __init__(self, normalized_shape, eps, weight):
+        super().__init__()
+        self.dims = [-1 - i for i in range(len(normalized_shape))]
+        self.eps = eps
+        self.weight = weight
+
+    def forward(self, x):
+        return _scripted_rms_norm(x, self.dims, self.eps, self.weight)
 
 
 class RMSNorm(torch.nn.Module):
@@ -36,16 +77,24 @@ class RMSNorm(torch.nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x):
-        eps = torch.finfo(x.dtype).eps if self.eps is None and x.is_floating_point() else self.eps
-        if _last_dim_only(x, self.normalized_shape) and _ops.supported(x, self.weight):
-            return _ops.rms_norm_unchecked(x, self.weight, eps)
-        dims = tuple(range(-len(self.normalized_shape), 0))
-        xf = x.float()
-        y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
-        return y if self.weight is None else y * self.weight
+        eps = _eps(self.eps, x)
+        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, eps, self.weight) is None:
+            return _ops.rms_norm(x, self.weight, float(eps))
+        return _backward.torch_rms_norm(x, self.weight, eps, tuple(range(-len(self.normalized_shape), 0)))
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+    def __prepare_scriptable__(self):
+        return _ScriptedRMSNorm(self.normalized_shape, self.eps, self.weight)
+
+
+def _torch_twin(module, cls):
+    """A PyTorch module of class cls with module's settings and the same
+    parameters (for torch.jit.script)."""
+    twin = cls.__new__(cls)
+    twin.__dict__.update(module.__dict__)
+    return twin
 
 
 class LayerNorm(torch.nn.LayerNorm):
@@ -53,9 +102,18 @@ class LayerNorm(torch.nn.LayerNorm):
     kernels."""
 
     def forward(self, x):
-        if _last_dim_only(x, self.normalized_shape) and _ops.supported(x, self.weight, self.bias):
-            return _ops.layer_norm_unchecked(x, self.weight, self.bias, self.eps)
+        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, self.eps, self.weight, self.bias) is None:
+            return _ops.layer_norm(x, self.weight, self.bias, float(self.eps))
         return super().forward(x)
+
+    def __prepare_scriptable__(self):
+        return _torch_twin(self, torch.nn.LayerNorm)
+
+
+class _ScriptedFusedAddRMSNorm(_ScriptedRMSNorm):
+    def forward(self, x, residual):
+        total = x + residual
+        return _scripted_rms_norm(total, self.dims, self.eps, self.weight), total
 
 
 class FusedAddRMSNorm(RMSNorm):
@@ -64,41 +122,52 @@ class FusedAddRMSNorm(RMSNorm):
     wanted, the sum and the norm are PyTorch's and metalcore's own ops."""
 
     def forward(self, x, residual):
-        differentiable = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, residual, self.weight))
-        if (not differentiable and _last_dim_only(x, self.normalized_shape) and
-                _ops.supported(x, residual, self.weight)):
-            eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
-            return _ops.fused_add_rms_norm(x, residual, self.weight, eps)
+        eps = _eps(self.eps, x)
+        if (not _ops._wants_grad(x, residual, self.weight) and _last_dim_only(x, self.normalized_shape) and
+                norm_refused(x, eps, self.weight) is None and _lib.unsupported(x, residual) is None and
+                residual.shape == x.shape):
+            return _ops.fused_add_rms_norm(x, residual, self.weight, float(eps))
         total = x + residual
         return super().forward(total), total
+
+    def __prepare_scriptable__(self):
+        return _ScriptedFusedAddRMSNorm(self.normalized_shape, self.eps, self.weight)
 
 
 class SiLU(torch.nn.SiLU):
     """torch.nn.SiLU (inplace is PyTorch's) with metalcore's kernels."""
 
     def forward(self, x):
-        if not self.inplace and _ops.supported(x):
-            return _ops.silu_unchecked(x)
+        if not self.inplace and _lib.unsupported(x) is None:
+            return _ops.silu(x)
         return super().forward(x)
+
+    def __prepare_scriptable__(self):
+        return _torch_twin(self, torch.nn.SiLU)
 
 
 class GELU(torch.nn.GELU):
     """torch.nn.GELU (approximate='none' or 'tanh') with metalcore's kernels."""
 
     def forward(self, x):
-        if _ops.supported(x):
-            return _ops.gelu_unchecked(x, self.approximate)
+        if gelu_refused(x, self.approximate) is None:
+            return _ops.gelu(x, self.approximate == "tanh")
         return super().forward(x)
+
+    def __prepare_scriptable__(self):
+        return _torch_twin(self, torch.nn.GELU)
 
 
 class Softmax(torch.nn.Softmax):
     """torch.nn.Softmax with metalcore's kernels over the last dimension."""
 
     def forward(self, x):
-        if self.dim is not None and _ops.supported(x) and self.dim in (-1, x.dim() - 1):
-            return _ops.softmax_unchecked(x)
+        if softmax_refused(x, self.dim, None) is None:
+            return _ops.softmax(x)
         return super().forward(x)
+
+    def __prepare_scriptable__(self):
+        return _torch_twin(self, torch.nn.Softmax)
 
 
 __all__ = ["FusedAddRMSNorm", "GELU", "LayerNorm", "RMSNorm", "SiLU", "Softmax"]

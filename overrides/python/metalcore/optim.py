@@ -1,38 +1,169 @@
-"""metalcore.optim.AdamW: torch.optim.AdamW with one library call per
-parameter group (and device and step count) per step, float32 state always;
-with capturable=True, one call per group and device with the step counts (and
-a tensor lr) on the device, so that a step can be captured in a CUDA graph."""
-import ctypes
+"""Layer 4: metalcore.optim.AdamW, torch.optim.AdamW with one library call
+per parameter group and device (and step count) per step, float32 state
+always. The tensor tables a call takes are built once per parameter set and
+kept: a step rewrites only the gradients' addresses. With capturable=True
+the step counts (and a tensor lr) live on the device, so that a step can be
+captured in a CUDA graph."""
+import math
 
 import torch
 
-from . import _lib, _ops
-from ._ops import unsupported
+from . import _kernels, _lib, _ops
+from ._lib import unsupported
 
 
-class _Config(ctypes.Structure):
-    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double), ("beta2", ctypes.c_double),
-                ("eps", ctypes.c_double), ("weight_decay", ctypes.c_double), ("step", ctypes.c_int64),
-                ("amsgrad", ctypes.c_int32), ("maximize", ctypes.c_int32)]
+def _state_dtype(p):
+    """float32 state, complex64 for a complex parameter (stepped as its
+    float32 view_as_real, as PyTorch steps complex parameters)."""
+    return torch.complex64 if p.is_complex() else torch.float32
 
 
-def _pointers(tensors):
-    """A C array of mc_tensor pointers (kept alive by the array)."""
-    descs = [_lib.describe(t)._obj for t in tensors]
-    arr = (ctypes.POINTER(_lib.Tensor) * len(descs))(*[ctypes.pointer(d) for d in descs])
-    arr._keep = descs
-    return arr
+def _real(t):
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _float32_step(count):
+    """count + 1 as PyTorch's float32 step tensor holds it after += 1."""
+    return float(torch.tensor(count, dtype=torch.float32).add_(1)) if count >= 2 ** 24 else count + 1
+
+
+# The library's step number is an int64; from 2^63 on beta ** step is 0 in
+# double for every beta < 1, as it already is at 2^63 - 1.
+_MAX_STEP = 2 ** 63 - 1
+
+
+def _hyper_refused(group):
+    """Why this group's hyper-parameters go to PyTorch's arithmetic (an lr
+    below 0, which a schedule may reach and PyTorch steps with), or None.
+    Raises, before anything is stepped, where the library refuses them
+    (NaN or infinite values, betas outside [0, 1), eps or weight_decay
+    below 0) or where they are not numbers."""
+    beta1, beta2 = (float(b) for b in group["betas"])
+    lr = group["lr"]
+    lr = 0.0 if isinstance(lr, torch.Tensor) else float(lr)
+    eps, wd = float(group["eps"]), float(group["weight_decay"])
+    for name, value, ok in (("learning rate", lr, True), ("beta parameter at index 0", beta1, 0 <= beta1 < 1),
+                            ("beta parameter at index 1", beta2, 0 <= beta2 < 1), ("epsilon", eps, eps >= 0),
+                            ("weight_decay", wd, wd >= 0)):
+        if not ok or not math.isfinite(value):
+            raise _lib.MetalcoreError(f"metalcore.optim.AdamW: invalid {name} value: {value}; nothing was stepped", 1)
+    return "negative lr" if lr < 0 else None
+
+
+class _Batch:
+    """The tensors of one library call (one group, device and step count):
+    lists of params, grads and float32 states (real views of complex ones),
+    and, once built, the TensorTables the call takes."""
+
+    def __init__(self, device, count):
+        self.device = device
+        self.count = count  # the step count, on the host (None: capturable, on the device)
+        self.owners = []  # the parameters whose .grad each row reads
+        self.rows = []  # [param, grad, exp_avg, exp_avg_sq(, max_exp_avg_sq)]
+        self.steps = []  # the state's step tensors
+        self.tables = None
+
+    def build_tables(self):
+        cols = list(zip(*self.rows))
+        self.tables = [_kernels.TensorTable(c) for c in cols[:4]]
+        self.tables.append(_kernels.TensorTable(cols[4]) if len(cols) > 4 else None)
+
+    def take_grads(self):
+        """Reads each parameter's gradient into the grads table; False when
+        one no longer matches the param's description (the plan is then
+        made again)."""
+        table, rows = self.tables[1], self.rows
+        for i, p in enumerate(self.owners):
+            g = p.grad
+            if g is None:
+                return False
+            if g.is_complex():
+                g = torch.view_as_real(g)
+            param = rows[i][0]
+            if (type(g) is not torch.Tensor or g.shape != param.shape or g.dtype != param.dtype or
+                    g.device != param.device or not g.is_contiguous() or g.data_ptr() % g.element_size()):
+                return False
+            rows[i][1] = g
+            table.set_data(i, g.data_ptr())
+        return True
+
+
+class _Plan:
+    """A group's step, kept between steps: the library batches by (device,
+    step count) and the rows stepped with PyTorch's arithmetic, for one set
+    of parameters with gradients."""
+
+    def __init__(self, optimizer, group):
+        self.params = [p for p in group["params"] if p.grad is not None]
+        self.key = [id(p) for p in self.params]
+        capturable = group.get("capturable", False)
+        self.refused = _hyper_refused(group)
+        self.batches, self.rest = {}, []  # rest: (param, why, state, row) stepped with PyTorch's arithmetic
+        for p in self.params:
+            if p.grad.is_sparse:
+                raise RuntimeError("AdamW does not support sparse gradients")
+            if p.grad.shape != p.shape:
+                raise RuntimeError(f"AdamW: a gradient of shape {list(p.grad.shape)} for a parameter of shape "
+                                   f"{list(p.shape)}")
+            state = optimizer._state(p, group["amsgrad"], capturable)
+            row = [_real(p), _real(p.grad), _real(state["exp_avg"]), _real(state["exp_avg_sq"])]
+            if group["amsgrad"]:
+                row.append(_real(state["max_exp_avg_sq"]))
+            why = self.refused or unsupported(row[0], row[1])
+            if why is None and not all(t.is_contiguous() and t.device == p.device for t in row[2:]):
+                why = "state not contiguous on the parameter's device"
+            if why == _lib.MISALIGNED:
+                raise _lib.MetalcoreError("metalcore.optim.AdamW: a parameter or gradient whose data is not aligned "
+                                          "to its elements; nothing was stepped", 1)
+            if why is not None:
+                self.rest.append((p, why, state, row))
+                continue
+            count = None if capturable else float(state["step"])
+            batch = self.batches.get((p.device, count))
+            if batch is None:
+                batch = self.batches[(p.device, count)] = _Batch(p.device, count)
+            batch.owners.append(p)
+            batch.rows.append(row)
+            batch.steps.append(state["step"])
+        self.versions = self._versions()
+
+    def _versions(self):
+        return [s._version for b in self.batches.values() for s in b.steps]
+
+    def current(self, group):
+        """Whether this plan still describes the group: the same parameters
+        with gradients, their data where it was, no step count changed
+        elsewhere, and every gradient as described."""
+        params = [p for p in group["params"] if p.grad is not None]
+        if ([id(p) for p in params] != self.key or self._versions() != self.versions or
+                _hyper_refused(group) != self.refused):
+            return False
+        for batch in self.batches.values():
+            if any(row[0].data_ptr() != _real(p).data_ptr() for p, row in zip(batch.owners, batch.rows)):
+                return False
+            if batch.tables is not None and not batch.take_grads():
+                return False
+        return True
 
 
 class AdamW(torch.optim.Optimizer):
     """torch.optim.AdamW's algorithm and arguments (decoupled weight decay,
     amsgrad, maximize); lr and the other hyper-parameters are read at every
     step, so schedulers work. Parameters metalcore does not take (float64,
-    non-contiguous, a device without a backend) are stepped with PyTorch's
-    arithmetic, with the same float32 state. capturable=True keeps each step
-    count as a float32 tensor on its parameter's device (PyTorch's layout) and
-    lets lr be a tensor: step() then never waits for the device, and can be
-    captured in a CUDA graph."""
+    non-contiguous, a device without a backend), and groups whose
+    hyper-parameters the library refuses (a negative lr from a schedule),
+    are stepped with PyTorch's arithmetic, with the same float32 state.
+    Complex parameters are stepped as their real views. capturable=True
+    keeps each step count as a float32 tensor on its parameter's device
+    (PyTorch's layout) and lets lr be a tensor: step() then never waits for
+    the device, and can be captured in a CUDA graph.
+
+    GradScaler: the optimizer unscales and skips inside its step, as
+    PyTorch's fused AdamW does (PyTorch 2's GradScaler sets grad_scale and
+    found_inf on it around step(); PyTorch 1.13's passes itself as
+    step(grad_scaler=...))."""
+
+    _step_supports_amp_scaling = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
                  maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
@@ -55,167 +186,152 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError("metalcore.optim.AdamW: a tensor lr needs capturable=True")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize, capturable=capturable))
+        self._plans = {}
 
     def _state(self, p, amsgrad, capturable=False):
         state = self.state[p]
         if not state:
+            dtype = _state_dtype(p)
             state["step"] = torch.zeros((), dtype=torch.float32, device=p.device if capturable else None)
-            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+            state["exp_avg"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.contiguous_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.contiguous_format)
         if amsgrad and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = torch.zeros_like(state["exp_avg_sq"])
+        if capturable and state["step"].device != p.device:
+            state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
         return state
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        self.__dict__.setdefault("_plans", {}).clear()
 
     def load_state_dict(self, state_dict):
         """torch.optim.Optimizer.load_state_dict (from metalcore's AdamW or
-        PyTorch's), with the moments kept float32: PyTorch casts them to each
-        parameter's dtype, which a 16-bit parameter's state must not become."""
+        PyTorch's), with the moments kept float32 (complex64): PyTorch casts
+        them to each parameter's dtype, which a 16-bit parameter's state
+        must not become."""
         super().load_state_dict(state_dict)
+        self._plans.clear()
         saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
         for pid, p in zip(saved_ids, params):
             saved = state_dict["state"].get(pid, {})
             for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
                 if k in saved:
-                    self.state[p][k] = saved[k].to(device=p.device, dtype=torch.float32,
+                    self.state[p][k] = saved[k].to(device=p.device, dtype=_state_dtype(p),
                                                    memory_format=torch.contiguous_format, copy=True)
 
-    # torch.amp.GradScaler hands grad_scale and found_inf to step() instead
-    # of unscaling the gradients itself, as with PyTorch's fused AdamW
-    _step_supports_amp_scaling = True
+    def _scaling(self, grad_scaler):
+        """(grad_scale, found_inf) of the GradScaler stepping this optimizer,
+        as one-element float32 tensors, or None."""
+        if grad_scaler is None:  # PyTorch 2's GradScaler sets these around step()
+            return getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
+        # PyTorch 1.13's passes itself: what PyTorch 2's would have set
+        state = grad_scaler._per_optimizer_states[id(self)]
+        if state["stage"].name == "READY":
+            grad_scaler._check_inf_per_device(self)
+        scale = grad_scaler._get_scale_async()
+        found = [t.to(scale.device, non_blocking=True) for t in state["found_inf_per_device"].values()]
+        return (None if state["stage"].name == "UNSCALED" else scale), (sum(found) if found else None)
+
+    def _plan(self, index, group):
+        plan = self._plans.get(index)
+        if plan is None or not plan.current(group):
+            plan = self._plans[index] = _Plan(self, group)
+        return plan
 
     @torch.no_grad()
-    def step(self, closure=None, grad_scale=None, found_inf=None):
-        """One step. The library's calls come first and all-or-nothing: a
-        step the library refuses raises with nothing updated, step counts
-        included. grad_scale and found_inf (GradScaler's, one-element float32
-        tensors): the gradients are divided by grad_scale, and where found_inf
-        is nonzero nothing is stepped (the kernels read both on the device;
-        the step counts need found_inf's value on the host)."""
-        from . import _overrides  # its fallback counts (imported after this module)
+    def step(self, closure=None, **scaler):
+        """One step. Every check comes before anything is written, so a step
+        that raises leaves parameters, state and step counts as they were."""
+        grad_scaler = scaler.pop("grad_scaler", None)
+        if scaler:
+            raise TypeError(f"AdamW.step() got unexpected keyword arguments {sorted(scaler)}")
+        grad_scale, found_inf = self._scaling(grad_scaler)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        compiled = _ops.compiling()
+        plans = []
+        for i, group in enumerate(self.param_groups):
+            plan = _Plan(self, group) if compiled else self._plan(i, group)
+            for batch in plan.batches.values():
+                if not compiled and batch.tables is None:
+                    batch.build_tables()
+                    batch.take_grads()
+            plans.append((group, plan))
         # an inf or NaN gradient: no parameter, moment or step count changes; groups
         # that count steps on the host read found_inf there, capturable ones never
-        capturable = [g.get("capturable", False) for g in self.param_groups]
-        skip_host = found_inf is not None and not all(capturable) and float(found_inf) != 0
-        if skip_host and not any(capturable):
-            return loss
-        work = []  # (group, library batches, params PyTorch's arithmetic steps)
-        for group in self.param_groups:
-            amsgrad, capturable = group["amsgrad"], group.get("capturable", False)
-            batches, rest = {}, []  # batches: (device, step) -> lists for one library call
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("AdamW does not support sparse gradients")
-                state = self._state(p, amsgrad, capturable)
-                if capturable and state["step"].device != p.device:
-                    state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
-                # capturable: one call per device, each tensor's step read there; else the host's count
-                step = None if capturable else int(state["step"].item()) + 1
-                tensors = [p, p.grad, state["exp_avg"], state["exp_avg_sq"]]
-                if amsgrad:
-                    tensors.append(state["max_exp_avg_sq"])
-                why = unsupported(p, p.grad)
-                if why is None and not all(t.is_contiguous() and t.device == p.device for t in tensors[2:]):
-                    why = "state not contiguous on the parameter's device"
-                if why is None:
-                    batches.setdefault((p.device, step), []).append(tensors)
-                else:
-                    _overrides._fell_back("adamw", why)
-                    rest.append((step, tensors))
-            work.append((group, batches, rest))
-        for group, batches, _ in work:
-            for (device, step), items in batches.items():
-                steps = [self.state[tensors[0]]["step"] for tensors in items]
-                if step is None:
-                    self._capturable_step(group, steps, items, device, grad_scale, found_inf)
-                    continue
-                if skip_host:
-                    continue
-                self._library_step(group, step, items, device, grad_scale, found_inf)
-                torch._foreach_add_(steps, 1)
-        for group, _, rest in work:
-            for step, tensors in rest:
-                if step is not None and skip_host:
-                    continue
-                state_step = self.state[tensors[0]]["step"]
-                state_step += 1
-                _torch_step(group, state_step if step is None else step, *tensors, grad_scale=grad_scale,
-                            found_inf=found_inf if step is None else None)
-                if step is None and found_inf is not None:
-                    state_step -= found_inf.to(state_step.device).reshape(())
+        skip_host = (found_inf is not None and not all(g.get("capturable", False) for g in self.param_groups) and
+                     float(found_inf) != 0)
+        for group, plan in plans:
+            self._run(group, plan, grad_scale, found_inf, skip_host, compiled)
         return loss
 
-    def _capturable_step(self, group, steps, items, device, grad_scale, found_inf):
-        """Steps every tensor of items, each reading its step number (its
+    def _run(self, group, plan, grad_scale, found_inf, skip_host, compiled):
+        capturable = group.get("capturable", False)
+        for batch in plan.batches.values():
+            scale, inf = (None if t is None else t.to(device=batch.device, dtype=torch.float32).reshape(1)
+                          for t in (grad_scale, found_inf))
+            if capturable:
+                self._capturable_step(group, batch, scale, inf, compiled)
+            elif not skip_host:
+                count = _float32_step(batch.count)
+                self._library_step(group, batch, min(int(count), _MAX_STEP), scale, inf, compiled)
+                torch._foreach_add_(batch.steps, 1)
+                batch.count = count
+        plan.versions = plan._versions()
+        if skip_host and not capturable:
+            return
+        for p, why, state, row in plan.rest:
+            _lib.fell_back("adamw", why)
+            row[1] = _real(p.grad)
+            state_step = state["step"]
+            state_step += 1
+            _torch_step(group, state_step if capturable else float(state_step), *row, grad_scale=grad_scale,
+                        found_inf=found_inf if capturable else None)
+            if capturable and found_inf is not None:
+                state_step -= found_inf.to(state_step.device).reshape(())
+
+    def _config(self, group, lr, step):
+        beta1, beta2 = group["betas"]
+        return _kernels.AdamWConfig(lr, beta1, beta2, group["eps"], group["weight_decay"], step,
+                                    bool(group["amsgrad"]), bool(group["maximize"]))
+
+    def _library_step(self, group, batch, step, scale, inf, compiled):
+        if compiled:
+            cols = [list(c) for c in zip(*batch.rows)]
+            beta1, beta2 = group["betas"]
+            torch.ops.metalcore.adamw_step(*cols[:4], cols[4] if len(cols) > 4 else [], scale, inf,
+                                           float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"],
+                                           step, bool(group["amsgrad"]), bool(group["maximize"]))
+            return
+        _kernels.adamw_step(batch.tables, len(batch.rows), self._config(group, float(group["lr"]), step), scale, inf,
+                            _lib.encoder(batch.rows[0][0]))
+
+    def _capturable_step(self, group, batch, scale, inf, compiled):
+        """Steps every tensor of the batch, each reading its step number (its
         count plus one) on the device, then advances the counts, except where
         found_inf is set (as PyTorch's fused step does): nothing waits for the
-        device, and a refused call changes nothing."""
+        device."""
         lr = group["lr"]
-        lr_tensor = lr.to(device=device, dtype=torch.float32).reshape(1) if isinstance(lr, torch.Tensor) else None
-        args = _call_args(group, items, device, grad_scale, found_inf, 0.0 if lr_tensor is not None else lr)
-        args += (torch.stack(steps).add_(1), lr_tensor, bool(group["amsgrad"]), bool(group["maximize"]))
-        if _ops.CUSTOM_OPS:
-            torch.ops.metalcore.adamw_step_capturable(*args[:4], args[4] or [], *args[5:])
+        lr_tensor = (lr.to(device=batch.device, dtype=torch.float32).reshape(1) if isinstance(lr, torch.Tensor)
+                     else None)
+        lr_value = 0.0 if lr_tensor is not None else float(lr)
+        steps = torch.stack(batch.steps).add_(1)
+        if compiled:
+            cols = [list(c) for c in zip(*batch.rows)]
+            beta1, beta2 = group["betas"]
+            torch.ops.metalcore.adamw_step_capturable(
+                *cols[:4], cols[4] if len(cols) > 4 else [], scale, inf, lr_value, beta1, beta2, group["eps"],
+                group["weight_decay"], steps, lr_tensor, bool(group["amsgrad"]), bool(group["maximize"]))
         else:
-            adamw_capturable_kernel(*args)
-        torch._foreach_add_(steps, 1)
-        found_inf = args[6]  # on the device, float32
-        if found_inf is not None:
-            torch._foreach_sub_(steps, [found_inf.reshape(())] * len(steps))
-
-    def _library_step(self, group, step, items, device, grad_scale, found_inf):
-        args = _call_args(group, items, device, grad_scale, found_inf, group["lr"])
-        args += (step, bool(group["amsgrad"]), bool(group["maximize"]))
-        if _ops.CUSTOM_OPS:
-            torch.ops.metalcore.adamw_step(*args[:4], args[4] or [], *args[5:])
-        else:
-            adamw_kernel(*args)
-
-
-def _call_args(group, items, device, grad_scale, found_inf, lr):
-    """What every library step takes first: the tensor lists of items (max
-    None without amsgrad), grad_scale and found_inf as one-element float32
-    tensors on device (or None), then lr, the betas, eps and weight decay."""
-    cols = [list(c) for c in zip(*items)]
-    beta1, beta2 = group["betas"]
-    grad_scale, found_inf = (None if t is None else t.to(device=device, dtype=torch.float32).reshape(1)
-                             for t in (grad_scale, found_inf))
-    return (cols[0], cols[1], cols[2], cols[3], cols[4] if len(cols) > 4 else None, grad_scale, found_inf,
-            float(lr), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]))
-
-
-def _lists(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs):
-    """The C arrays of a step's tensor lists (max_exp_avg_sqs NULL when None)."""
-    lists = [_pointers(c) for c in (params, grads, exp_avgs, exp_avg_sqs)]
-    return lists + [_pointers(max_exp_avg_sqs) if max_exp_avg_sqs is not None else None]
-
-
-def adamw_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, lr, beta1, beta2,
-                 eps, weight_decay, step, amsgrad, maximize):
-    """One library call stepping every tensor of the lists (all on one device)."""
-    cfg = _Config(lr, beta1, beta2, eps, weight_decay, step, int(amsgrad), int(maximize))
-    _lib.check(_lib.lib.mc_adamw_step_scaled(ctypes.byref(cfg), ctypes.c_int64(len(params)),
-                                             *_lists(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
-                                             _lib.describe(grad_scale), _lib.describe(found_inf),
-                                             _lib.encoder(params[0])))
-
-
-def adamw_capturable_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, lr,
-                            beta1, beta2, eps, weight_decay, steps, lr_tensor, amsgrad, maximize):
-    """adamw_kernel with every tensor's step number (steps) and optionally lr
-    read on the device."""
-    cfg = _Config(lr, beta1, beta2, eps, weight_decay, 1, int(amsgrad), int(maximize))
-    _lib.check(_lib.lib.mc_adamw_step_capturable(ctypes.byref(cfg), ctypes.c_int64(len(params)),
-                                                 *_lists(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
-                                                 _lib.describe(grad_scale), _lib.describe(found_inf),
-                                                 _lib.describe(steps), _lib.describe(lr_tensor),
-                                                 _lib.encoder(params[0])))
+            _kernels.adamw_step_capturable(batch.tables, len(batch.rows), self._config(group, lr_value, 1), scale,
+                                           inf, steps, lr_tensor, _lib.encoder(batch.rows[0][0]))
+        torch._foreach_add_(batch.steps, 1)
+        if inf is not None:
+            torch._foreach_sub_(batch.steps, [inf.reshape(())] * len(batch.steps))
 
 
 def _torch_step(group, step, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq=None, grad_scale=None, found_inf=None):

@@ -1,9 +1,12 @@
-"""metalcore.patch_model: swap, in place, the submodules of a model that
-compute RMSNorm, LayerNorm, SiLU, GELU or softmax for metalcore's modules,
-keeping their parameters (the same Parameter objects: optimizers and
-state_dict keys are unchanged); unpatch_model puts the originals back."""
+"""Layer 4: metalcore.patch_model swaps, in place, the submodules of a model
+that compute RMSNorm, LayerNorm, SiLU, GELU or softmax for metalcore's
+modules, keeping their parameters (the same Parameter objects: optimizers
+and state_dict keys are unchanged); unpatch_model puts the originals back.
+A module of another class is swapped only when its forward is, statement
+for statement, a form known to compute what metalcore's module computes."""
+import ast
 import inspect
-import re
+import textwrap
 
 import torch
 
@@ -16,36 +19,72 @@ _SWAPS = {torch.nn.LayerNorm: nn.LayerNorm, torch.nn.SiLU: nn.SiLU, torch.nn.GEL
 if hasattr(torch.nn, "RMSNorm"):
     _SWAPS[torch.nn.RMSNorm] = nn.RMSNorm
 
-# The RMSNorm form of transformers' LlamaRMSNorm, Qwen2RMSNorm, MistralRMSNorm
-# (float32 variance, eps added, output cast back and multiplied by weight),
-# recognised in forward's source with its whitespace removed.
-_RMS_FORM = [r"\.to\(torch\.float32\)", r"\.pow\(2\)\.mean\(-1,keepdim=True\)", r"torch\.rsqrt\(",
-             r"self\.weight\*\w+\.to\(\w+\)"]
-_NOT_RMS_FORM = [r"1(\.0)?\+self\.weight"]  # Gemma's (1 + weight) scaling
 
-# An activation module whose forward only returns silu of its input (transformers'
-# SiLUActivation, ACT2FN["silu"] since transformers 5), source without whitespace.
-_SILU_FORM = re.compile(r"defforward\(self,(\w+)[^)]*\)(->[\w.]+)?:(\"\"\".*?\"\"\")?"
-                        r"return(torch\.nn\.functional\.|nn\.functional\.|F\.|torch\.)silu\(\1\)")
+def _shape_of(tree):
+    """A forward's syntax tree with what does not change its meaning taken
+    out: the docstring, annotations, and the names of its arguments and
+    locals (numbered by first appearance; self, torch and the module
+    aliases stay)."""
+    fn = tree.body[0]
+    body = fn.body[1:] if (fn.body and isinstance(fn.body[0], ast.Expr) and
+                           isinstance(fn.body[0].value, ast.Constant) and
+                           isinstance(fn.body[0].value.value, str)) else fn.body
+    names = {}
+    for a in fn.args.args[1:]:
+        names[a.arg] = f"v{len(names)}"
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if isinstance(node.ctx, ast.Store) and node.id not in names:
+                names[node.id] = f"v{len(names)}"
+            return ast.copy_location(ast.Name(id=names.get(node.id, node.id), ctx=node.ctx), node)
+
+    body = [Rename().visit(stmt) for stmt in body]
+    return [len(fn.args.args), fn.args.vararg is None and fn.args.kwarg is None and not fn.args.kwonlyargs,
+            fn.args.defaults == []] + [ast.dump(stmt) for stmt in body]
 
 
-def _forward_source(module):
+def _form(source):
+    return _shape_of(ast.parse(textwrap.dedent(source)))
+
+
+def _forward_shape(module):
     try:
-        return re.sub(r"\s+", "", inspect.getsource(type(module).forward))
-    except (OSError, TypeError):
-        return ""
+        return _shape_of(ast.parse(textwrap.dedent(inspect.getsource(type(module).forward))))
+    except (OSError, TypeError, SyntaxError, IndexError, AttributeError):
+        return None
+
+
+# transformers' LlamaRMSNorm (and Qwen2's, Mistral's, ...: the same code):
+# float32 statistics, eps added, the result cast back, then weight times it.
+# metalcore's RMSNorm computes this where weight and input share a dtype
+# (elsewhere it computes it in these very ops).
+_RMS_FORM = """
+def forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.{eps})
+    return self.weight * hidden_states.to(input_dtype)
+"""
+_RMS_FORMS = {eps: _form(_RMS_FORM.format(eps=eps)) for eps in ("variance_epsilon", "eps")}
+
+# An activation module whose forward only returns silu of its input
+# (transformers' SiLUActivation, ACT2FN["silu"] since transformers 5).
+_SILU_FORMS = [_form(f"def forward(self, input):\n    return {fn}(input)\n")
+               for fn in ("torch.nn.functional.silu", "nn.functional.silu", "F.silu", "torch.silu")]
 
 
 def _rms_norm_form(module):
     """metalcore's RMSNorm computing what module computes, or None, and why
     not."""
     weight = getattr(module, "weight", None)
-    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    attr = "variance_epsilon" if hasattr(module, "variance_epsilon") else "eps"
+    eps = getattr(module, attr, None)
     if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 1 or not isinstance(eps, float):
         return None, "no 1-D weight parameter and float variance_epsilon or eps"
-    src = _forward_source(module)
-    if not all(re.search(p, src) for p in _RMS_FORM) or any(re.search(p, src) for p in _NOT_RMS_FORM):
-        return None, "forward is not the recognised RMSNorm form (float32 variance, weight * output cast back)"
+    if _forward_shape(module) != _RMS_FORMS[attr]:
+        return None, "forward is not the recognised RMSNorm form (transformers' LlamaRMSNorm, statement for statement)"
     new = nn.RMSNorm(weight.shape[0], eps=eps, device=weight.device, dtype=weight.dtype)
     new.weight = weight
     return new, None
@@ -65,7 +104,7 @@ def _replacement(module):
         return _rms_norm_form(module)
     if "SiLU" in type(module).__name__:
         if next(module.parameters(), None) is None and not list(module.children()) and \
-                _SILU_FORM.fullmatch(_forward_source(module)):
+                _forward_shape(module) in _SILU_FORMS:
             return nn.SiLU(), None
         return None, "forward is not the recognised SiLU form (return silu(input))"
     return None, None

@@ -102,11 +102,31 @@ def test_module(device):
     assert m.weight.grad is not None
 
 
-def test_unsupported_input_is_refused():
-    with pytest.raises(ValueError, match="unsupported"):
+def test_unsupported_input_is_refused_saying_why():
+    with pytest.raises(ValueError, match="unsupported input: dtype float64"):
         metalcore.silu(torch.randn(4, 4, dtype=torch.float64))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="dim other than the last"):
         metalcore.softmax(torch.randn(4, 4), dim=0)
+    with pytest.raises(ValueError, match="0-d"):
+        metalcore.gelu(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="approximate='sigmoid'"):
+        metalcore.gelu(torch.randn(4), approximate="sigmoid")
+    with pytest.raises(ValueError, match="more than 32 dimensions"):
+        metalcore.silu(torch.randn([1] * 33))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        metalcore.layer_norm(torch.randn(4, 8), (4, 8))
+    with pytest.raises(ValueError, match="eps inf"):
+        metalcore.layer_norm(torch.randn(4, 8), eps=float("inf"))
+
+
+def test_layer_norm_takes_torchs_form():
+    """layer_norm(x, normalized_shape, weight, bias, eps), as F.layer_norm."""
+    x, w, b = torch.randn(5, 8), torch.randn(8), torch.randn(8)
+    want = F.layer_norm(x, (8,), w, b, 1e-3)
+    for got in (metalcore.layer_norm(x, (8,), w, b, 1e-3), metalcore.layer_norm(x, 8, w, b, eps=1e-3),
+                metalcore.layer_norm(x, normalized_shape=[8], weight=w, bias=b, eps=1e-3),
+                metalcore.layer_norm(x, w, b, 1e-3)):
+        torch.testing.assert_close(got, want)
 
 
 def test_library_errors_surface():

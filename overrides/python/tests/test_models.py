@@ -271,10 +271,21 @@ def test_ddp_gloo_two_processes():
         torch.testing.assert_close(x, y)  # the ranks stepped the same averaged gradients
 
 
+def scaled_step(opt, grad_scale, found_inf):
+    """What PyTorch 2's GradScaler.step does around an optimizer that
+    declares _step_supports_amp_scaling."""
+    opt.grad_scale, opt.found_inf = grad_scale, found_inf
+    try:
+        opt.step()
+    finally:
+        del opt.grad_scale, opt.found_inf
+
+
 def test_adamw_with_grad_scaling():
-    """GradScaler's protocol: step(grad_scale=, found_inf=) unscales inside
-    the step, and skips it (nothing changes, step counts included) when
-    found_inf is set; a tensor subclass on PyTorch's arithmetic too."""
+    """GradScaler's protocol (PyTorch 2: grad_scale and found_inf set on the
+    optimizer around step()) unscales inside the step, and skips it (nothing
+    changes, step counts included) when found_inf is set; a tensor subclass
+    on PyTorch's arithmetic too."""
     assert metalcore.optim.AdamW._step_supports_amp_scaling
     torch.manual_seed(0)
     ours = [torch.randn(5, requires_grad=True), torch.randn(3).as_subclass(Wrapped).requires_grad_()]
@@ -287,11 +298,11 @@ def test_adamw_with_grad_scaling():
             o.grad, r.grad = g * 512, g.clone()
         if step == 2:  # an overflow: skipped
             before = [o.detach().clone() for o in ours]
-            opt.step(grad_scale=scale, found_inf=torch.tensor([1.0]))
+            scaled_step(opt, scale, torch.tensor([1.0]))
             assert all(torch.equal(a, b) for a, b in zip(before, ours))
             assert int(opt.state[ours[0]]["step"]) == 2
             continue
-        opt.step(grad_scale=scale, found_inf=torch.tensor([0.0]))
+        scaled_step(opt, scale, torch.tensor([0.0]))
         ref_opt.step()
     for o, r in zip(ours, ref):
         torch.testing.assert_close(o.detach().as_subclass(torch.Tensor), r.detach(), rtol=1e-5, atol=1e-6)

@@ -131,7 +131,9 @@ def test_capturable_found_inf_skips_everything(device):
     before = [p.detach().clone() for p in ps] + [opt.state[p]["exp_avg"].clone() for p in ps]
     steps = [opt.state[p]["step"].clone() for p in ps]
     inf = torch.ones(1, device=device)
-    opt.step(grad_scale=torch.full((1,), 4.0, device=device), found_inf=inf)
+    opt.grad_scale, opt.found_inf = torch.full((1,), 4.0, device=device), inf  # as GradScaler sets them
+    opt.step()
+    del opt.grad_scale, opt.found_inf
     after = [p.detach() for p in ps] + [opt.state[p]["exp_avg"] for p in ps]
     for a, b in zip(after, before):
         assert torch.equal(a, b)

@@ -1,0 +1,74 @@
+"""Layer 3: the ops as torch.autograd.Functions over the kernel calls: the
+eager path, on every PyTorch (a Function's bookkeeping is a few
+microseconds; the torch.library dispatcher's is tens)."""
+import torch
+
+from . import _backward, _kernels
+
+
+class RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = _kernels.rms_norm(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        return _backward.rms_norm(_kernels, dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None,)
+
+
+class LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, mean, rstd = _kernels.layer_norm(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        return _backward.layer_norm(_kernels, dy, x, weight, bias, mean, rstd, ctx.eps,
+                                    ctx.needs_input_grad[:3]) + (None,)
+
+
+class Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, upcast):
+        y = _kernels.softmax(x, upcast)
+        ctx.save_for_backward(y)
+        ctx.x_dtype = x.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return _backward.softmax(_kernels, dy, y, ctx.x_dtype), None
+
+
+class Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, tanh_form):
+        ctx.save_for_backward(x)
+        ctx.tanh_form = tanh_form
+        return _kernels.gelu(x, tanh_form)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return _backward.gelu(_kernels, dy, x, ctx.tanh_form), None
+
+
+class Silu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _kernels.silu(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return _backward.silu(_kernels, dy, x)

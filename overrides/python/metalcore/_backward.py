@@ -1,0 +1,64 @@
+"""Layer 3: each op's backward, shared by the autograd Functions (eager)
+and the custom ops (torch.compile). Each takes the backward kernels to call
+(_kernels' functions, or the custom backward ops, which torch.compile
+traces where it could not trace a ctypes call). A backward run with
+create_graph is computed in PyTorch's differentiable ops instead, so that a
+second derivative is PyTorch's."""
+import torch
+import torch.nn.functional as F
+
+# PyTorch's own functions, taken before any override is installed.
+torch_gelu, torch_silu, torch_softmax, torch_layer_norm = F.gelu, F.silu, F.softmax, F.layer_norm
+
+
+def torch_rms_norm(x, weight, eps, dims=(-1,)):
+    """RMSNorm in PyTorch's ops: float32 statistics, the result cast back to
+    x's dtype, then times weight."""
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
+    return y if weight is None else y * weight
+
+
+def vjp(fn, inputs, dy, needs):
+    """The gradients of fn(*inputs) (PyTorch's own ops) for dy, themselves
+    differentiable."""
+    with torch.enable_grad():
+        wrt = [t for t, n in zip(inputs, needs) if n]
+        grads = iter(torch.autograd.grad(fn(*inputs), wrt, dy, create_graph=True, allow_unused=True))
+    return tuple(next(grads) if n else None for n in needs)
+
+
+def rms_norm(kernels, dy, x, weight, rstd, eps, needs):
+    """(dx, dweight) for the inputs (x, weight) that need them."""
+    if torch.is_grad_enabled():
+        return vjp(lambda x, w: torch_rms_norm(x, w, eps), (x, weight), dy, needs)
+    return kernels.rms_norm_backward(dy, x, weight, rstd, weight is not None and needs[1])
+
+
+def layer_norm(kernels, dy, x, weight, bias, mean, rstd, eps, needs):
+    if torch.is_grad_enabled():
+        return vjp(lambda x, w, b: torch_layer_norm(x, x.shape[-1:], w, b, eps), (x, weight, bias), dy, needs)
+    return kernels.layer_norm_backward(dy, x, weight, mean, rstd, weight is not None and needs[1],
+                                       bias is not None and needs[2])
+
+
+def softmax(kernels, dy, y, x_dtype):
+    """dx in x's dtype (y is float32 where the forward upcast)."""
+    if torch.is_grad_enabled():  # in ops on y, which differentiate through the softmax again
+        dx = y * (dy - (dy * y).sum(-1, keepdim=True))
+    else:
+        dx = kernels.softmax_backward(dy.to(y.dtype), y)
+    return dx.to(x_dtype)
+
+
+def gelu(kernels, dy, x, tanh_form):
+    if torch.is_grad_enabled():
+        approximate = "tanh" if tanh_form else "none"
+        return vjp(lambda x: torch_gelu(x, approximate=approximate), (x,), dy, (True,))[0]
+    return kernels.gelu_backward(dy, x, tanh_form)
+
+
+def silu(kernels, dy, x):
+    if torch.is_grad_enabled():
+        return vjp(torch_silu, (x,), dy, (True,))[0]
+    return kernels.silu_backward(dy, x)

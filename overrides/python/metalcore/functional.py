@@ -1,0 +1,145 @@
+"""Layer 4: the public functions (metalcore.rms_norm, ...). Each computes
+with the library where it takes the input, with PyTorch's own op where
+PyTorch must run (under a torch.jit trace or ONNX export, in a forked
+child), and otherwise raises a ValueError saying why metalcore does not take
+the call (the PyTorch overrides fall back to PyTorch for such inputs)."""
+import numbers
+
+import torch
+
+from . import _backward, _lib, _ops
+
+def _refuse(what, why):
+    """False where PyTorch's op is to run (the caller computes with it),
+    else raises."""
+    if why in _lib.PYTORCH_RUNS:
+        return False
+    raise ValueError(f"metalcore.{what}: unsupported input: {why} (metalcore takes float32, float16 and "
+                     f"bfloat16 tensors of 1 to {_lib.MAX_DIMS} dimensions, contiguous and on one device; the "
+                     "PyTorch overrides fall back to PyTorch for other inputs)")
+
+
+def norm_refused(x, eps, *params):
+    """Why a norm over x's last dimension with these weight/bias tensors
+    and eps is not the library's, or None (a weight of the wrong shape is
+    the library's to refuse, saying so)."""
+    return _lib.unsupported(x, *params) or _lib.eps_refused(eps)
+
+
+def weights_misfit(x, *params):
+    """Why these weight/bias tensors do not fit x's rows, or None."""
+    for p in params:
+        if p is not None and p.shape != x.shape[-1:]:
+            return f"a weight or bias of shape {list(p.shape)} for rows of {x.shape[-1]}"
+    return None
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    """x / sqrt(mean(x^2, -1) + eps) * weight, differentiable."""
+    why = norm_refused(x, eps, weight)
+    if why is None:
+        return _ops.rms_norm(x, weight, float(eps))
+    _refuse("rms_norm", why)
+    return _backward.torch_rms_norm(x, weight, eps)
+
+
+def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
+    """Returns (rms_norm(x + residual) * weight, x + residual) in one pass
+    (inference: not differentiable)."""
+    why = norm_refused(x, eps, weight) or _lib.unsupported(x, residual)
+    if why is None and residual.shape != x.shape:
+        why = f"residual of shape {list(residual.shape)} for x of shape {list(x.shape)}"
+    if why is None:
+        return _ops.fused_add_rms_norm(x, residual, weight, float(eps))
+    _refuse("fused_add_rms_norm", why)
+    out = x + residual
+    return _backward.torch_rms_norm(out, weight, eps), out
+
+
+def _is_shape(s):
+    return isinstance(s, (numbers.Integral, tuple, list, torch.Size))
+
+
+def layer_norm(x, *args, **kwargs):
+    """LayerNorm over the last dimension, differentiable:
+    layer_norm(x, weight=None, bias=None, eps=1e-5), or in
+    torch.nn.functional.layer_norm's form, layer_norm(x, normalized_shape,
+    weight=None, bias=None, eps=1e-5), normalized_shape being x's last
+    dimension."""
+    if (args and _is_shape(args[0])) or "normalized_shape" in kwargs:
+        return _layer_norm_torch_form(x, *args, **kwargs)
+    return _layer_norm(x, *args, **kwargs)
+
+
+def _layer_norm(x, weight=None, bias=None, eps=1e-5):
+    why = norm_refused(x, eps, weight, bias)
+    if why is None:
+        return _ops.layer_norm(x, weight, bias, float(eps))
+    _refuse("layer_norm", why)
+    return _backward.torch_layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def _layer_norm_torch_form(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if not isinstance(x, torch.Tensor) or shape != tuple(x.shape[-1:]):
+        if _lib.recording() is not None:
+            return _backward.torch_layer_norm(x, normalized_shape, weight, bias, eps)
+        raise ValueError(f"metalcore.layer_norm: normalized_shape {list(shape)} is not the last dimension of the "
+                         "input (metalcore normalizes over the last dimension only)")
+    return _layer_norm(x, weight, bias, eps)
+
+
+def upcasts(x, dtype):
+    """Whether softmax(x, dtype=dtype) is metalcore's float32 output of a
+    16-bit x."""
+    return dtype == torch.float32 and isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
+
+
+def softmax_refused(x, dim, dtype):
+    """Why softmax(x, dim, dtype=dtype) is not the library's, or None: a
+    dtype= other than the input's (or float32 of a 16-bit input), or a dim
+    other than the last."""
+    why = _lib.unsupported(x)
+    if why is None and dtype is not None and dtype != x.dtype and not upcasts(x, dtype):
+        why = f"dtype={str(dtype)[6:]} on {str(x.dtype)[6:]} input"
+    if why is None and (dim is None or dim not in (-1, x.dim() - 1)):
+        why = "dim other than the last"
+    return why
+
+
+def softmax(x, dim=-1, dtype=None):
+    """Softmax over the last dimension, differentiable; dtype: None (x's),
+    x's, or float32 for a 16-bit x (computed, not cast afterwards)."""
+    why = softmax_refused(x, dim, dtype)
+    if why is None:
+        return _ops.softmax(x, upcasts(x, dtype))
+    _refuse("softmax", why)
+    return _backward.torch_softmax(x, dim, dtype=dtype)
+
+
+def gelu_refused(x, approximate):
+    why = _lib.unsupported(x)
+    if why is None and approximate not in ("none", "tanh"):
+        why = f"approximate={approximate!r} (metalcore has 'none' and 'tanh')"
+    return why
+
+
+def gelu(x, approximate="none"):
+    """GELU ('none': erf, 'tanh'), differentiable."""
+    why = gelu_refused(x, approximate)
+    if why is None:
+        return _ops.gelu(x, approximate == "tanh")
+    _refuse("gelu", why)
+    return _backward.torch_gelu(x, approximate=approximate)
+
+
+def silu(x):
+    """SiLU, differentiable."""
+    why = _lib.unsupported(x)
+    if why is None:
+        return _ops.silu(x)
+    _refuse("silu", why)
+    return _backward.torch_silu(x)
+
+
+__all__ = ["fused_add_rms_norm", "gelu", "layer_norm", "rms_norm", "silu", "softmax"]
