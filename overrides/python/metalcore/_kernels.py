@@ -9,7 +9,7 @@ import struct
 import torch
 
 from . import _lib
-from ._lib import CALLS, check, describe, encoder, lib
+from ._lib import CALLS, check, describe, describe_like, encoder, lib
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -34,7 +34,8 @@ def rms_norm(x, weight, eps, want_rstd=True):
     y = torch.empty_like(x)
     rstd = _row_stats(x) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
-    check(_rmsnorm_fwd(describe(x, 0), describe(weight, 1), eps, describe(y, 2), describe(rstd, 3), encoder(x)))
+    xd = describe(x, 0)
+    check(_rmsnorm_fwd(xd, describe(weight, 1), eps, describe_like(y, 2, 0), describe(rstd, 3), encoder(x)))
     return y, rstd
 
 
@@ -54,7 +55,8 @@ def layer_norm(x, weight, bias, eps, want_stats=True):
     y = torch.empty_like(x)
     mean, rstd = (_row_stats(x), _row_stats(x)) if want_stats else (None, None)
     CALLS["layernorm_fwd"] += 1
-    check(_layernorm_fwd(describe(x, 0), describe(weight, 1), describe(bias, 2), eps, describe(y, 3),
+    xd = describe(x, 0)
+    check(_layernorm_fwd(xd, describe(weight, 1), describe(bias, 2), eps, describe_like(y, 3, 0),
                          describe(mean, 4), describe(rstd, 5), encoder(x)))
     return y, mean, rstd
 
@@ -76,7 +78,7 @@ def softmax(x, upcast=False):
     """softmax(x) in x's dtype, or float32 (upcast, for a 16-bit x)."""
     y = torch.empty_like(x, dtype=torch.float32) if upcast else torch.empty_like(x)
     CALLS["softmax_fwd"] += 1
-    check(_softmax_fwd(describe(x, 0), describe(y, 1), encoder(x)))
+    check(_softmax_fwd(describe(x, 0), describe(y, 1) if upcast else describe_like(y, 1, 0), encoder(x)))
     return y
 
 
@@ -90,7 +92,7 @@ def softmax_backward(dy, y):
 def gelu(x, tanh_form):
     y = torch.empty_like(x)
     CALLS["gelu_fwd"] += 1
-    check(_gelu_fwd(describe(x, 0), tanh_form, describe(y, 1), encoder(x)))
+    check(_gelu_fwd(describe(x, 0), tanh_form, describe_like(y, 1, 0), encoder(x)))
     return y
 
 
@@ -104,7 +106,7 @@ def gelu_backward(dy, x, tanh_form):
 def silu(x):
     y = torch.empty_like(x)
     CALLS["silu_fwd"] += 1
-    check(_silu_fwd(describe(x, 0), describe(y, 1), encoder(x)))
+    check(_silu_fwd(describe(x, 0), describe_like(y, 1, 0), encoder(x)))
     return y
 
 

@@ -102,32 +102,34 @@ class _Slots(threading.local):
 
     def __init__(self):
         self.buffers = []
+        self.views = []
         self.addresses = []
 
     def grow(self, n):
         while len(self.buffers) <= n:
             buf = ctypes.create_string_buffer(_SLOT_BYTES)
             self.buffers.append(buf)
+            self.views.append(memoryview(buf).cast("B"))
             self.addresses.append(ctypes.addressof(buf))
 
 
 _slots = _Slots()
 
 
-def _place(t):
-    """(data, device type, device id, byte offset) of t."""
-    dev = t.device
-    if dev.type == "mps":
-        data, offset = _mps.buffer_and_offset(t)
-        return data, 8, dev.index or 0, offset
-    return t.data_ptr(), DEVICES[dev.type], dev.index or 0, 0
+_CODES = {dtype: code_bits for dtype, code_bits in DTYPES.items()}
 
 
 def pack_into(buf, offset, address, t):
     """Writes t's mc_tensor at buf[offset:] (its address is address), its
     shape and strides right after it."""
-    data, device_type, device_id, byte_offset = _place(t)
-    code, bits = DTYPES[t.dtype]
+    if t.is_cuda:
+        data, device_type, device_id, byte_offset = t.data_ptr(), 2, t.get_device(), 0
+    elif t.is_mps:
+        data, byte_offset = _mps.buffer_and_offset(t)
+        device_type, device_id = 8, t.get_device()
+    else:
+        data, device_type, device_id, byte_offset = t.data_ptr(), 1, 0, 0
+    code, bits = _CODES[t.dtype]
     n = t.dim()
     if t.is_contiguous():
         _CONTIGUOUS[n].pack_into(buf, offset, data, device_type, device_id, n, code, bits, 1, address + 48, 0,
@@ -142,13 +144,29 @@ def describe(t, slot=0):
     None), valid until the slot is used again."""
     if t is None:
         return None
-    try:
-        buf, address = _slots.buffers[slot], _slots.addresses[slot]
-    except IndexError:
-        _slots.grow(slot)
-        buf, address = _slots.buffers[slot], _slots.addresses[slot]
-    pack_into(buf, 0, address, t)
+    slots = _slots
+    if slot >= len(slots.buffers):
+        slots.grow(slot)
+    address = slots.addresses[slot]
+    pack_into(slots.buffers[slot], 0, address, t)
     return address
+
+
+_DATA = struct.Struct("<Q")
+
+
+def describe_like(t, slot, like_slot):
+    """describe(t, slot) for a t of the same dtype, device, shape and
+    contiguous layout as the tensor described in like_slot (an output made
+    by empty_like): that description with t's data (it shares the shape
+    array)."""
+    views = _slots.views
+    if slot >= len(views):
+        _slots.grow(slot)
+    view = views[slot]
+    view[:48] = views[like_slot][:48]
+    _DATA.pack_into(view, 0, t.data_ptr())
+    return _slots.addresses[slot]
 
 
 def describe_all(*tensors):
@@ -166,7 +184,7 @@ def encoder(t):
         if _raw_stream is not None:
             return _raw_stream(t.get_device())
         return torch.cuda.current_stream(t.device).cuda_stream
-    if t.device.type == "mps":  # PyTorch's current compute encoder (see _mps)
+    if t.is_mps:  # PyTorch's current compute encoder (see _mps)
         return _mps_route()[0].encoder()
     return None
 
@@ -334,6 +352,10 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 MISALIGNED = "data not aligned to its elements"
 
 
+_FLOAT_SET = frozenset(FLOATS)
+_available = {}  # device type -> whether metalcore has a backend (fixed for the process, bar fork)
+
+
 def unsupported(*tensors):
     """Why metalcore does not compute this call, or None when it does: the
     first tensor float32/float16/bfloat16, 1 to 32 dimensions, on a device
@@ -341,21 +363,25 @@ def unsupported(*tensors):
     of its dtype and device, contiguous and aligned to its elements; and no
     trace recording the call."""
     first = tensors[0]
-    if not isinstance(first, torch.Tensor):
-        return "not a tensor"
-    why = recording()
-    if why is not None:
-        return why
-    if first.dtype not in FLOATS:
-        return f"dtype {str(first.dtype)[6:]}"
+    if type(first) not in _PLAIN:
+        return "tensor subclass" if isinstance(first, torch.Tensor) else "not a tensor"
+    if _forked or _is_tracing() or _onnx_export():
+        return recording()
+    dtype = first.dtype
+    if dtype not in _FLOAT_SET:
+        return f"dtype {str(dtype)[6:]}"
     n = first.dim()
     if n == 0:
         return "0-d"
     if n > MAX_DIMS:
         return f"more than {MAX_DIMS} dimensions"
-    if not available(first.device.type):
-        return f"no {first.device.type} backend"
-    dtype, device = first.dtype, first.device
+    device = first.device
+    kind = device.type
+    ok = _available.get(kind)
+    if ok is None:
+        ok = _available[kind] = available(kind)
+    if not ok:
+        return f"no {kind} backend"
     for t in tensors:
         if t is None:
             continue
@@ -363,7 +389,7 @@ def unsupported(*tensors):
             return "tensor subclass" if isinstance(t, torch.Tensor) else f"{type(t).__name__} where a tensor goes"
         if t.dtype != dtype:
             return "mixed dtypes"
-        if t.device != device:
+        if t is not first and t.device != device:
             return "mixed devices"
         if not t.is_contiguous():
             return "non-contiguous"

@@ -1,0 +1,128 @@
+"""Host time per call through metalcore's public Python API against
+PyTorch's own op, same process, same tensors (bench/python_host.md).
+
+    python3 bench/python_host.py [cpu|cuda ...] > bench/python_host.md
+
+Each row: the median over 7 rounds of the mean host time of 2,000 calls on
+a tiny tensor (4 x 64; float32 on CPU, bfloat16 on CUDA), nothing synced
+inside a round. Module and AdamW rows include autograd's bookkeeping as a
+model sees it (parameters that require grad). The bar (issue 34): metalcore
+<= max(1.5 x PyTorch, PyTorch + 5 us); AdamW.step on 75 tensors <= PyTorch's
+fused step (CUDA) or foreach step (CPU). CPU rows run both at the same
+thread count."""
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import metalcore
+
+ROUNDS, CALLS = 7, 2000
+
+
+def host_us(fn, device, calls=CALLS):
+    fn()
+    times = []
+    for _ in range(ROUNDS):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t) / calls * 1e6)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def torch_rms_norm(x, w, eps=1e-6):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, x.shape[-1:], w, eps)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def cases(device):
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(4, 64, device=device, dtype=dtype)
+    r = torch.randn_like(x)
+    w, b = torch.randn(64, device=device, dtype=dtype), torch.randn(64, device=device, dtype=dtype)
+    out = [
+        ("rms_norm", lambda: metalcore.rms_norm(x, w), lambda: torch_rms_norm(x, w)),
+        ("fused_add_rms_norm", lambda: metalcore.fused_add_rms_norm(x, r, w), lambda: torch_rms_norm(x + r, w)),
+        ("layer_norm", lambda: metalcore.layer_norm(x, w, b), lambda: F.layer_norm(x, (64,), w, b)),
+        ("softmax", lambda: metalcore.softmax(x), lambda: F.softmax(x, -1)),
+        ("gelu", lambda: metalcore.gelu(x), lambda: F.gelu(x)),
+        ("gelu tanh", lambda: metalcore.gelu(x, "tanh"), lambda: F.gelu(x, approximate="tanh")),
+        ("silu", lambda: metalcore.silu(x), lambda: F.silu(x)),
+    ]
+    mods = [("nn.LayerNorm", metalcore.nn.LayerNorm(64), torch.nn.LayerNorm(64)),
+            ("nn.SiLU", metalcore.nn.SiLU(), torch.nn.SiLU()), ("nn.GELU", metalcore.nn.GELU(), torch.nn.GELU()),
+            ("nn.Softmax", metalcore.nn.Softmax(-1), torch.nn.Softmax(-1))]
+    if hasattr(torch.nn, "RMSNorm"):
+        mods.insert(0, ("nn.RMSNorm", metalcore.nn.RMSNorm(64, eps=1e-6), torch.nn.RMSNorm(64, eps=1e-6)))
+    for name, ours, theirs in mods:
+        ours, theirs = ours.to(device, dtype), theirs.to(device, dtype)
+        out.append((name, lambda m=ours: m(x), lambda m=theirs: m(x)))
+    originals = {n: getattr(F, n) for n in ("layer_norm", "softmax", "gelu", "silu")}
+    metalcore.enable_pytorch_overrides(["layer_norm", "softmax", "gelu", "silu"])  # on for the whole run
+    patched = {n: getattr(F, n) for n in originals}
+    out += [("override F.layer_norm", lambda: patched["layer_norm"](x, (64,), w, b),
+             lambda: originals["layer_norm"](x, (64,), w, b)),
+            ("override F.softmax", lambda: patched["softmax"](x, -1), lambda: originals["softmax"](x, -1)),
+            ("override F.gelu", lambda: patched["gelu"](x), lambda: originals["gelu"](x)),
+            ("override F.silu", lambda: patched["silu"](x), lambda: originals["silu"](x))]
+    a = torch.randn(8, 8, device=device, dtype=torch.float32)
+    out.append(("linalg.qr 8x8", lambda: metalcore.linalg.qr(a), lambda: torch.linalg.qr(a)))
+    return out
+
+
+def adamw_rows(device):
+    """AdamW.step on 75 tensors of a small model's shapes."""
+    torch.manual_seed(0)
+    shapes = [(256, 256), (256,), (1024, 256), (256, 1024), (256,)] * 15
+    rows = []
+    for name, kw in (("AdamW.step, 75 tensors", {}), ("AdamW.step, 75 tensors, capturable", {"capturable": True})):
+        if kw and device != "cuda":
+            continue
+        ps = [torch.randn(s, device=device, requires_grad=True) for s in shapes]
+        qs = [p.detach().clone().requires_grad_() for p in ps]
+        for p, q in zip(ps, qs):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        ref_kw = {"fused": True} if device == "cuda" else {"foreach": True}
+        ours = metalcore.optim.AdamW(ps, lr=1e-3, **kw)
+        theirs = torch.optim.AdamW(qs, lr=1e-3, **ref_kw, **kw)
+        rows.append((name + (" (PyTorch fused)" if device == "cuda" else " (PyTorch foreach)"),
+                     host_us(ours.step, device, 50), host_us(theirs.step, device, 50)))
+    return rows
+
+
+def main():
+    devices = sys.argv[1:] or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    print("# Host time per call through the public Python API\n")
+    print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, `python3 bench/python_host.py`. "
+          f"Median over {ROUNDS} rounds of the mean of {CALLS} calls (AdamW: 50 steps), in microseconds; "
+          "CPU: float32 4x64, both at the same thread count; CUDA: bfloat16 4x64. Bar: metalcore <= "
+          "max(1.5 x PyTorch, PyTorch + 5 us); AdamW <= PyTorch.\n")
+    for device in devices:
+        if device == "cpu":
+            torch.set_num_threads(metalcore.cpu_threads())
+        name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+        print(f"## {device} ({name})\n")
+        print("| call | PyTorch µs | metalcore µs | ratio | bar |")
+        print("|---|---:|---:|---:|---|")
+        for call, ours, theirs in cases(device):
+            t_theirs, t_ours = host_us(theirs, device), host_us(ours, device)
+            ok = t_ours <= max(1.5 * t_theirs, t_theirs + 5)
+            print(f"| {call} | {t_theirs:.1f} | {t_ours:.1f} | {t_theirs / t_ours:.2f} | {'met' if ok else 'NOT met'} |")
+        for call, t_ours, t_theirs in adamw_rows(device):
+            print(f"| {call} | {t_theirs:.1f} | {t_ours:.1f} | {t_theirs / t_ours:.2f} | "
+                  f"{'met' if t_ours <= t_theirs else 'NOT met'} |")
+        print()
+
+
+if __name__ == "__main__":
+    main()
