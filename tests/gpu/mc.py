@@ -17,34 +17,38 @@ from metalcore import _lib  # noqa: E402
 LIB = _lib.lib
 
 
+class _Desc:
+    """An mc_tensor of its own (not one of the package's per-thread slots),
+    passed to ctypes as its address."""
+
+    def __init__(self, t, device_type):
+        self.buf = ctypes.create_string_buffer(_lib._SLOT_BYTES)
+        self._as_parameter_ = ctypes.addressof(self.buf)
+        _lib.pack_into(self.buf, 0, self._as_parameter_, t)
+        if device_type is not None:
+            ctypes.c_int32.from_buffer(self.buf, _lib.Tensor.device_type.offset).value = device_type
+
+
 def desc(t, device_type=None):
-    """A pointer to an mc_tensor for t, optionally with another device type."""
-    if t is None:
-        return None
-    d = _lib.describe(t)._obj
-    if device_type is not None:
-        d.device_type = device_type
-    return ctypes.pointer(d)
+    """An mc_tensor for t, optionally with another device type."""
+    return None if t is None else _Desc(t, device_type)
 
 
 def stream():
-    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    return torch.cuda.current_stream().cuda_stream
 
 
 def call(name, *args):
-    """mc_<name>'s status (tensors become descriptors, floats c_float, ints int32)."""
-    try:
-        _lib.call(name, *args)
-        return 0
-    except _lib.MetalcoreError as e:
-        return e.status
+    """mc_<name>'s status (tensors become descriptors)."""
+    conv = [desc(a) if isinstance(a, torch.Tensor) else a for a in args]
+    return getattr(LIB, "mc_" + name)(*conv)
 
 
 def check(name, *args):
-    _lib.call(name, *args)
+    _lib.check(call(name, *args))
 
 
 def workspace(kind, x):
     n = ctypes.c_int64()
-    check(kind + "_bwd_workspace_size", x, ctypes.byref(n))
+    check(kind + "_bwd_workspace_size", x, ctypes.addressof(n))
     return torch.empty(n.value, dtype=torch.uint8, device=x.device)

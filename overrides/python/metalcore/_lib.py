@@ -327,6 +327,14 @@ def _warn_forked():
 
 # ---- whether the library takes a call ----------------------------------------------
 
+# Whether torch.compile is tracing the call (PyTorch 2.4+; the custom ops
+# are then the path, and nothing may read a data pointer).
+compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) if hasattr(torch.library, "custom_op") \
+    else None
+if compiling is None:
+    def compiling():
+        return False
+
 _is_tracing = torch.jit.is_tracing
 _onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
 
@@ -393,7 +401,7 @@ def unsupported(*tensors):
             return "mixed devices"
         if not t.is_contiguous():
             return "non-contiguous"
-        if t.data_ptr() % t.element_size():
+        if not compiling() and t.data_ptr() % t.element_size():
             return MISALIGNED
     return None
 

@@ -6,16 +6,11 @@ and later), which the compiler traces without a graph break."""
 import torch
 
 from . import _autograd, _kernels
+from ._lib import compiling
 
 CUSTOM_OPS = hasattr(torch.library, "custom_op")
 if CUSTOM_OPS:
     from . import _custom  # noqa: F401  (registers torch.ops.metalcore)
-
-_compiler = getattr(torch, "compiler", None)
-compiling = getattr(_compiler, "is_compiling", None) if CUSTOM_OPS else None
-if compiling is None:
-    def compiling():
-        return False
 
 _grad_enabled = torch.is_grad_enabled
 
