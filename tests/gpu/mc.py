@@ -25,8 +25,9 @@ class _Desc:
         self.buf = ctypes.create_string_buffer(_lib._SLOT_BYTES)
         self._as_parameter_ = ctypes.addressof(self.buf)
         _lib.pack_into(self.buf, 0, self._as_parameter_, t)
+        self.contents = _lib.Tensor.from_buffer(self.buf)  # its fields, as for a ctypes pointer
         if device_type is not None:
-            ctypes.c_int32.from_buffer(self.buf, _lib.Tensor.device_type.offset).value = device_type
+            self.contents.device_type = device_type
 
 
 def desc(t, device_type=None):
