@@ -406,9 +406,13 @@ def unsupported(*tensors):
     return None
 
 
+# The smallest double that rounds to infinity as a float32.
+_FLOAT32_OVERFLOW = 3.4028235677973366e38
+
+
 def eps_refused(eps):
-    """Why the library refuses eps (finite and >= 0 as a float32), or None."""
-    e = ctypes.c_float(eps).value if isinstance(eps, (int, float)) else None
-    if e is None or not e >= 0 or math.isinf(e):
-        return f"eps {eps!r}"
-    return None
+    """Why the library refuses eps (it must be finite and >= 0 as a float32),
+    or None."""
+    if isinstance(eps, (int, float)) and 0 <= eps < _FLOAT32_OVERFLOW:
+        return None
+    return f"eps {eps!r}"
