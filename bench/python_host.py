@@ -10,6 +10,7 @@ model sees it (parameters that require grad). The bar (issue 34): metalcore
 <= max(1.5 x PyTorch, PyTorch + 5 us); AdamW.step on 75 tensors <= PyTorch's
 fused step (CUDA) or foreach step (CPU). CPU rows run both at the same
 thread count."""
+import ctypes
 import statistics
 import sys
 import time
@@ -100,6 +101,36 @@ def adamw_rows(device):
     return rows
 
 
+def layer_rows(device):
+    """Where one call's host time goes: metalcore.silu and metalcore.rms_norm
+    (with a weight that requires grad) from the public function down to the
+    library call with descriptors made beforehand."""
+    from metalcore import _kernels, _lib, _ops
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(4, 64, device=device, dtype=dtype)
+    xg = x.clone().requires_grad_()
+    w = torch.randn(64, device=device, dtype=dtype, requires_grad=True)
+    y = torch.empty_like(x)
+    held = [ctypes.create_string_buffer(_lib._SLOT_BYTES) for _ in range(2)]
+    for h, t in zip(held, (x, y)):
+        _lib.pack_into(h, 0, ctypes.addressof(h), t)
+    xa, ya = (ctypes.addressof(h) for h in held)
+    queue = _lib.encoder(x)
+    return [
+        ("metalcore.silu (public function)", lambda: metalcore.silu(x)),
+        ("  checks: _lib.unsupported", lambda: _lib.unsupported(x)),
+        ("  _ops.silu (no checks)", lambda: _ops.silu(x)),
+        ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x)),
+        ("    torch.empty_like", lambda: torch.empty_like(x)),
+        ("    describe one tensor", lambda: _lib.describe(x)),
+        ("    the stream or encoder", lambda: _lib.encoder(x)),
+        ("    mc_silu_fwd, descriptors made beforehand", lambda: _lib.lib.mc_silu_fwd(xa, ya, queue)),
+        ("metalcore.rms_norm, weight requires grad", lambda: metalcore.rms_norm(x, w)),
+        ("  the autograd Function alone", lambda: _ops.rms_norm(x, w, 1e-6)),
+        ("metalcore.silu, input requires grad", lambda: metalcore.silu(xg)),
+    ]
+
+
 def main():
     devices = sys.argv[1:] or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print("# Host time per call through the public Python API\n")
@@ -121,6 +152,11 @@ def main():
         for call, t_ours, t_theirs in adamw_rows(device):
             print(f"| {call} | {t_theirs:.1f} | {t_ours:.1f} | {t_theirs / t_ours:.2f} | "
                   f"{'met' if t_ours <= t_theirs else 'NOT met'} |")
+        print(f"\n### Where a call's host time goes ({device})\n")
+        print("| layer | µs |")
+        print("|---|---:|")
+        for what, fn in layer_rows(device):
+            print(f"| {what} | {host_us(fn, device):.2f} |")
         print()
 
 
