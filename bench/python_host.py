@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import metalcore
 
 ROUNDS, CALLS = 7, 2000
+OVERRIDDEN = ("layer_norm", "softmax", "gelu", "silu")
 
 
 def host_us(fn, device, calls=CALLS):
@@ -67,9 +68,10 @@ def cases(device):
     for name, ours, theirs in mods:
         ours, theirs = ours.to(device, dtype), theirs.to(device, dtype)
         out.append((name, lambda m=ours: m(x), lambda m=theirs: m(x)))
+    # the patched functions, called only while the overrides are on (see main); PyTorch's kept aside
     originals = {n: getattr(F, n) for n in ("layer_norm", "softmax", "gelu", "silu")}
-    metalcore.enable_pytorch_overrides(["layer_norm", "softmax", "gelu", "silu"])  # on for the whole run
-    patched = {n: getattr(F, n) for n in originals}
+    with metalcore.pytorch_overrides(list(OVERRIDDEN)):
+        patched = {n: getattr(F, n) for n in originals}
     out += [("override F.layer_norm", lambda: patched["layer_norm"](x, (64,), w, b),
              lambda: originals["layer_norm"](x, (64,), w, b)),
             ("override F.softmax", lambda: patched["softmax"](x, -1), lambda: originals["softmax"](x, -1)),
@@ -146,7 +148,12 @@ def main():
         print("| call | PyTorch µs | metalcore µs | ratio | bar |")
         print("|---|---:|---:|---:|---|")
         for call, ours, theirs in cases(device):
-            t_theirs, t_ours = host_us(theirs, device), host_us(ours, device)
+            t_theirs = host_us(theirs, device)
+            if call.startswith("override"):
+                with metalcore.pytorch_overrides(list(OVERRIDDEN)):
+                    t_ours = host_us(ours, device)
+            else:
+                t_ours = host_us(ours, device)
             ok = t_ours <= max(1.5 * t_theirs, t_theirs + 5)
             print(f"| {call} | {t_theirs:.1f} | {t_ours:.1f} | {t_theirs / t_ours:.2f} | {'met' if ok else 'NOT met'} |")
         for call, t_ours, t_theirs in adamw_rows(device):

@@ -23,16 +23,15 @@ class RMSNorm(torch.autograd.Function):
 class LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        y, mean, rstd = _kernels.layer_norm(x, weight, bias, eps)
-        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        y, stats = _kernels.layer_norm(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, bias, stats)
         ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight, bias, mean, rstd = ctx.saved_tensors
-        return _backward.layer_norm(_kernels, dy, x, weight, bias, mean, rstd, ctx.eps,
-                                    ctx.needs_input_grad[:3]) + (None,)
+        x, weight, bias, stats = ctx.saved_tensors
+        return _backward.layer_norm(_kernels, dy, x, weight, bias, stats, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
 
 
 class Softmax(torch.autograd.Function):

@@ -35,10 +35,11 @@ def rms_norm(kernels, dy, x, weight, rstd, eps, needs):
     return kernels.rms_norm_backward(dy, x, weight, rstd, weight is not None and needs[1])
 
 
-def layer_norm(kernels, dy, x, weight, bias, mean, rstd, eps, needs):
+def layer_norm(kernels, dy, x, weight, bias, stats, eps, needs):
+    """stats: the forward's float32 [2, rows...], mean then rstd."""
     if torch.is_grad_enabled():
         return vjp(lambda x, w, b: torch_layer_norm(x, x.shape[-1:], w, b, eps), (x, weight, bias), dy, needs)
-    return kernels.layer_norm_backward(dy, x, weight, mean, rstd, weight is not None and needs[1],
+    return kernels.layer_norm_backward(dy, x, weight, stats, weight is not None and needs[1],
                                        bias is not None and needs[2])
 
 

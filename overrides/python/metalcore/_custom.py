@@ -36,14 +36,14 @@ def _(x, weight, eps):
 
 
 @torch.library.custom_op("metalcore::layer_norm", mutates_args=())
-def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
+    """(y, stats): stats float32 [2, rows...], each row's mean then rstd."""
     return _kernels.layer_norm(x, weight, bias, eps)
 
 
 @layer_norm.register_fake
 def _(x, weight, bias, eps):
-    stats = x.new_empty(x.shape[:-1], dtype=torch.float32)
-    return torch.empty_like(x), stats, torch.empty_like(stats)
+    return torch.empty_like(x), x.new_empty((2,) + tuple(x.shape[:-1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("metalcore::softmax", mutates_args=())
@@ -91,14 +91,14 @@ def _(dy, x, weight, rstd, want_dw):
 
 
 @torch.library.custom_op("metalcore::layer_norm_backward", mutates_args=())
-def layer_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor, want_dw: bool,
+def layer_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], stats: Tensor, want_dw: bool,
                         want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    dx, dw, db = _kernels.layer_norm_backward(dy, x, weight, mean, rstd, want_dw, want_db)
+    dx, dw, db = _kernels.layer_norm_backward(dy, x, weight, stats, want_dw, want_db)
     return dx, _none_as_empty(dw, x), _none_as_empty(db, x)
 
 
 @layer_norm_backward.register_fake
-def _(dy, x, weight, mean, rstd, want_dw, want_db):
+def _(dy, x, weight, stats, want_dw, want_db):
     cols = x.new_empty(x.shape[-1:])
     return torch.empty_like(x), cols if want_dw else x.new_empty(0), torch.empty_like(cols) if want_db else x.new_empty(0)
 
@@ -132,8 +132,8 @@ class _Backward:
         return dx, _empty_as_none(dw, want_dw)
 
     @staticmethod
-    def layer_norm_backward(dy, x, weight, mean, rstd, want_dw, want_db):
-        dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, mean, rstd, want_dw, want_db)
+    def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
+        dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, stats, want_dw, want_db)
         return dx, _empty_as_none(dw, want_dw), _empty_as_none(db, want_db)
 
     @staticmethod
@@ -167,13 +167,13 @@ def _rms_norm_grad(ctx, dy, _drstd):
 
 def _layer_norm_context(ctx, inputs, output):
     x, weight, bias, eps = inputs
-    ctx.save_for_backward(x, weight, bias, output[1], output[2])
+    ctx.save_for_backward(x, weight, bias, output[1])
     ctx.eps = eps
 
 
-def _layer_norm_grad(ctx, dy, _dmean, _drstd):
-    x, weight, bias, mean, rstd = ctx.saved_tensors
-    return _backward.layer_norm(_BACKWARD, dy, x, weight, bias, mean, rstd, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
+def _layer_norm_grad(ctx, dy, _dstats):
+    x, weight, bias, stats = ctx.saved_tensors
+    return _backward.layer_norm(_BACKWARD, dy, x, weight, bias, stats, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
 
 
 def _softmax_context(ctx, inputs, output):

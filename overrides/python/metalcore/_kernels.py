@@ -9,7 +9,7 @@ import struct
 import torch
 
 from . import _lib
-from ._lib import CALLS, check, describe, describe_like, encoder, lib
+from ._lib import CALLS, check, describe, describe_half, describe_like, encoder, lib
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -51,26 +51,31 @@ def rms_norm_backward(dy, x, weight, rstd, want_dw):
 
 
 def layer_norm(x, weight, bias, eps, want_stats=True):
-    """(y, mean, rstd); the statistics None unless want_stats."""
+    """(y, stats): stats float32 [2, rows...], each row's mean then its rstd
+    (one allocation), or None unless want_stats."""
     y = torch.empty_like(x)
-    mean, rstd = (_row_stats(x), _row_stats(x)) if want_stats else (None, None)
     CALLS["layernorm_fwd"] += 1
     xd = describe(x, 0)
-    check(_layernorm_fwd(xd, describe(weight, 1), describe(bias, 2), eps, describe_like(y, 3, 0),
-                         describe(mean, 4), describe(rstd, 5), encoder(x)))
-    return y, mean, rstd
+    if want_stats:
+        stats = torch.empty((2,) + x.shape[:-1], dtype=torch.float32, device=x.device)
+        check(_layernorm_fwd(xd, describe(weight, 1), describe(bias, 2), eps, describe_like(y, 3, 0),
+                             describe_half(stats, 4, 0), describe_half(stats, 5, 1), encoder(x)))
+        return y, stats
+    check(_layernorm_fwd(xd, describe(weight, 1), describe(bias, 2), eps, describe_like(y, 3, 0), None, None,
+                         encoder(x)))
+    return y, None
 
 
-def layer_norm_backward(dy, x, weight, mean, rstd, want_dw, want_db):
+def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
     """(dx, dweight, dbias); each gradient None unless wanted."""
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight) if want_dw else None
     db = torch.empty(x.shape[-1], dtype=x.dtype, device=x.device) if want_db else None
     ws = _workspace(lib.mc_layernorm_bwd_workspace_size, x) if (want_dw or want_db) else None
     CALLS["layernorm_bwd"] += 1
-    check(_layernorm_bwd(describe(dy.contiguous(), 0), describe(x, 1), describe(weight, 2), describe(mean, 3),
-                         describe(rstd, 4), describe(dx, 5), describe(dw, 6), describe(db, 7), describe(ws, 8),
-                         encoder(x)))
+    check(_layernorm_bwd(describe(dy.contiguous(), 0), describe(x, 1), describe(weight, 2), describe_half(stats, 3, 0),
+                         describe_half(stats, 4, 1), describe(dx, 5), describe(dw, 6), describe(db, 7),
+                         describe(ws, 8), encoder(x)))
     return dx, dw, db
 
 

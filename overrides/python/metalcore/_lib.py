@@ -169,6 +169,20 @@ def describe_like(t, slot, like_slot):
     return _slots.addresses[slot]
 
 
+def describe_half(t, slot, half):
+    """describe() of half 0 or 1 of a contiguous float32 tensor t, as a 1-D
+    tensor (LayerNorm's mean and rstd share one allocation)."""
+    views = _slots.views
+    if slot >= len(views):
+        _slots.grow(slot)
+    address = _slots.addresses[slot]
+    k = t.numel() // 2
+    device_type, device_id = (2, t.get_device()) if t.is_cuda else (1, 0)
+    _CONTIGUOUS[1].pack_into(views[slot], 0, t.data_ptr() + 4 * k * half, device_type, device_id, 1, 2, 32, 1,
+                             address + 48, 0, 0, k)
+    return address
+
+
 def describe_all(*tensors):
     """describe() of each argument, in slots 0, 1, ..."""
     return [describe(t, i) for i, t in enumerate(tensors)]

@@ -77,10 +77,10 @@ class RMSNorm(torch.nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x):
-        eps = _eps(self.eps, x)
-        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, eps, self.weight) is None:
-            return _ops.rms_norm(x, self.weight, float(eps))
-        return _backward.torch_rms_norm(x, self.weight, eps, tuple(range(-len(self.normalized_shape), 0)))
+        eps, weight = _eps(self.eps, x), self.weight
+        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, eps, weight) is None:
+            return _ops.rms_norm(x, weight, float(eps))
+        return _backward.torch_rms_norm(x, weight, eps, tuple(range(-len(self.normalized_shape), 0)))
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -102,8 +102,9 @@ class LayerNorm(torch.nn.LayerNorm):
     kernels."""
 
     def forward(self, x):
-        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, self.eps, self.weight, self.bias) is None:
-            return _ops.layer_norm(x, self.weight, self.bias, float(self.eps))
+        weight, bias = self.weight, self.bias  # each a Module.__getattr__
+        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, self.eps, weight, bias) is None:
+            return _ops.layer_norm(x, weight, bias, float(self.eps))
         return super().forward(x)
 
     def __prepare_scriptable__(self):

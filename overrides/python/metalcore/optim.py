@@ -60,31 +60,62 @@ class _Batch:
         self.count = count  # the step count, on the host (None: capturable, on the device)
         self.owners = []  # the parameters whose .grad each row reads
         self.rows = []  # [param, grad, exp_avg, exp_avg_sq(, max_exp_avg_sq)]
+        self.states = []  # each row's optimizer state
         self.steps = []  # the state's step tensors
+        self.counter = None  # once shared: the tensor the steps are views of
         self.tables = None
+
+    def share_steps(self):
+        """Makes the batch's step counts 0-d views of one float32 tensor (on
+        the host, or the device where capturable), so that a step advances
+        them all in one op, where a foreach add over host scalars costs
+        about 2 us a tensor; each state keeps its own step tensor."""
+        self.counter = torch.stack(self.steps)
+        self.steps = list(self.counter.unbind(0))
+        for state, view in zip(self.states, self.steps):
+            state["step"] = view
+        self.counted = self.counter._version
+
+    def counts_changed(self):
+        """Whether a step count was changed, or replaced, other than by a step."""
+        return self.counter._version != self.counted or any(
+            state["step"] is not view for state, view in zip(self.states, self.steps))
 
     def build_tables(self):
         cols = list(zip(*self.rows))
         self.tables = [_kernels.TensorTable(c) for c in cols[:4]]
         self.tables.append(_kernels.TensorTable(cols[4]) if len(cols) > 4 else None)
+        self.share_steps()
+        # what take_grads and current compare against: the batch shares one
+        # dtype and device; each row its shape, complex flag and data
+        first = self.rows[0][0]
+        self.dtype, self.device_index, self.element_size = first.dtype, first.get_device(), first.element_size()
+        self.shapes = [row[0].shape for row in self.rows]
+        self.complex = [p.is_complex() for p in self.owners]
+        self.data = [p.data_ptr() for p in self.owners]
+
+    def moved(self):
+        """Whether a parameter's data is no longer where it was described."""
+        return any(p.data_ptr() != d for p, d in zip(self.owners, self.data))
 
     def take_grads(self):
         """Reads each parameter's gradient into the grads table; False when
         one no longer matches the param's description (the plan is then
         made again)."""
-        table, rows = self.tables[1], self.rows
-        for i, p in enumerate(self.owners):
+        set_data, rows = self.tables[1].set_data, self.rows
+        dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
+        for i, (p, shape, cplx) in enumerate(zip(self.owners, self.shapes, self.complex)):
             g = p.grad
             if g is None:
                 return False
-            if g.is_complex():
+            if cplx:
                 g = torch.view_as_real(g)
-            param = rows[i][0]
-            if (type(g) is not torch.Tensor or g.shape != param.shape or g.dtype != param.dtype or
-                    g.device != param.device or not g.is_contiguous() or g.data_ptr() % g.element_size()):
+            data = g.data_ptr()
+            if (type(g) is not plain or g.dtype != dtype or g.shape != shape or g.get_device() != index or
+                    not g.is_contiguous() or data % size):
                 return False
             rows[i][1] = g
-            table.set_data(i, g.data_ptr())
+            set_data(i, data)
         return True
 
 
@@ -124,24 +155,18 @@ class _Plan:
                 batch = self.batches[(p.device, count)] = _Batch(p.device, count)
             batch.owners.append(p)
             batch.rows.append(row)
+            batch.states.append(state)
             batch.steps.append(state["step"])
-        self.versions = self._versions()
-
-    def _versions(self):
-        return [s._version for b in self.batches.values() for s in b.steps]
 
     def current(self, group):
         """Whether this plan still describes the group: the same parameters
         with gradients, their data where it was, no step count changed
         elsewhere, and every gradient as described."""
         params = [p for p in group["params"] if p.grad is not None]
-        if ([id(p) for p in params] != self.key or self._versions() != self.versions or
-                _hyper_refused(group) != self.refused):
+        if [id(p) for p in params] != self.key or _hyper_refused(group) != self.refused:
             return False
         for batch in self.batches.values():
-            if any(row[0].data_ptr() != _real(p).data_ptr() for p, row in zip(batch.owners, batch.rows)):
-                return False
-            if batch.tables is not None and not batch.take_grads():
+            if batch.tables is None or batch.counts_changed() or batch.moved() or not batch.take_grads():
                 return False
         return True
 
@@ -279,9 +304,13 @@ class AdamW(torch.optim.Optimizer):
             elif not skip_host:
                 count = _float32_step(batch.count)
                 self._library_step(group, batch, min(int(count), _MAX_STEP), scale, inf, compiled)
-                torch._foreach_add_(batch.steps, 1)
+                if batch.counter is None:
+                    torch._foreach_add_(batch.steps, 1)
+                else:
+                    batch.counter.add_(1)
                 batch.count = count
-        plan.versions = plan._versions()
+            if batch.counter is not None:
+                batch.counted = batch.counter._version
         if skip_host and not capturable:
             return
         for p, why, state, row in plan.rest:
@@ -319,7 +348,10 @@ class AdamW(torch.optim.Optimizer):
         lr_tensor = (lr.to(device=batch.device, dtype=torch.float32).reshape(1) if isinstance(lr, torch.Tensor)
                      else None)
         lr_value = 0.0 if lr_tensor is not None else float(lr)
-        steps = torch.stack(batch.steps).add_(1)
+        if batch.counter is None:
+            steps = torch.stack(batch.steps).add_(1)
+        else:  # the counts themselves, advanced before the step reads them as PyTorch's fused step does
+            steps = batch.counter.add_(1)
         if compiled:
             cols = [list(c) for c in zip(*batch.rows)]
             beta1, beta2 = group["betas"]
@@ -329,6 +361,10 @@ class AdamW(torch.optim.Optimizer):
         else:
             _kernels.adamw_step_capturable(batch.tables, len(batch.rows), self._config(group, lr_value, 1), scale,
                                            inf, steps, lr_tensor, _lib.encoder(batch.rows[0][0]))
+        if batch.counter is not None:
+            if inf is not None:
+                batch.counter.sub_(inf)
+            return
         torch._foreach_add_(batch.steps, 1)
         if inf is not None:
             torch._foreach_sub_(batch.steps, [inf.reshape(())] * len(batch.steps))
