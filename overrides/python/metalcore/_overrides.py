@@ -12,10 +12,14 @@ import torch.nn.functional as F
 from . import _lib, _ops, linalg
 from .functional import gelu_refused, norm_refused, softmax_refused, upcasts, weights_misfit
 
-# Measured faster than PyTorch's own on that device (bench/cpu.md against
-# Debian's PyTorch 1.13; bench/cuda.md against PyTorch 2.11 on an H100).
+# Where each op is on by default: a device type (every dtype) or
+# "device/dtype". Chosen through the public API against PyTorch at equal
+# threads (bench/overrides_cpu.md: on the CPU the bfloat16 ops that are
+# faster forward and forward + backward, and QR, bench/qr.md;
+# bench/python_ops.md on CUDA).
 DEFAULTS = {
-    "cpu": {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"},
+    "cpu": {"qr"},
+    "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
     "cuda": {"rms_norm", "softmax"},
 }
 ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
@@ -66,13 +70,14 @@ def reset_fallback_counts():
 
 
 def _off(op, t):
-    """Why the override of op does not apply to t's device, or None."""
+    """Why the override of op does not apply to t's device and dtype, or None."""
     if _nested():
         return "inside a fallback"
     if not isinstance(t, torch.Tensor):
         return "not a tensor"
-    if t.device.type not in _enabled.get(op, ()):
-        return f"not enabled for {t.device.type}"
+    places, kind = _enabled.get(op, ()), t.device.type
+    if kind not in places and f"{kind}/{str(t.dtype)[6:]}" not in places:
+        return f"not enabled for {kind} {str(t.dtype)[6:]}"
     return None
 
 
@@ -260,7 +265,8 @@ def disable_pytorch_overrides():
 
 
 def active_overrides():
-    """What is patched now: op -> the device types it is on for."""
+    """What is patched now: op -> where it is on (device types, or
+    "device/dtype")."""
     return {op: sorted(d) for op, d in _enabled.items()}
 
 

@@ -25,7 +25,7 @@ def samples(device):
         (ops.softmax, (grad(x), False)), (ops.softmax, (grad(x.bfloat16()), True)), (ops.gelu, (grad(x), True)), (ops.gelu, (grad(x), False)), (ops.silu, (grad(x),)),
         (ops.fused_add_rms_norm, (x, x.clone(), w, 1e-6)),
         (ops.rms_norm_backward, (x.clone(), x, w, rstd, True)), (ops.rms_norm_backward, (x.clone(), x, None, rstd, False)),
-        (ops.layer_norm_backward, (x.clone(), x, w, mean, rstd, True, True)),
+        (ops.layer_norm_backward, (x.clone(), x, w, torch.stack([mean, rstd]), True, True)),
         (ops.softmax_backward, (x.clone(), y)), (ops.gelu_backward, (x.clone(), x, False)),
         (ops.silu_backward, (x.clone(), x)),
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
