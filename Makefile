@@ -252,6 +252,16 @@ test-darwin: $(DYLIB)
 bench: $(LIB)
 	$(GO) run -pgo=capi/default.pgo ./bench/cpu -out bench/cpu.md
 	$(PYTHON) bench/qr_bench.py bench/qr.md
+	$(MAKE) bench-overrides-cpu
+
+# The Python package against PyTorch through its public API, each table
+# written whole or not at all. python_host and e2e measure CUDA too where
+# PyTorch sees a GPU; python_ops needs one. On a GPU machine without Go:
+# make PYTHON=python3 bench-python-host bench-python-ops bench-e2e
+PYBENCH = PYTHONPATH=overrides/python $(PYTHON)
+.PHONY: bench-python-host bench-python-ops bench-e2e bench-overrides-cpu
+bench-python-host bench-python-ops bench-e2e bench-overrides-cpu: bench-%:
+	$(PYBENCH) bench/$(subst -,_,$*).py > bench/$(subst -,_,$*).md.tmp && mv bench/$(subst -,_,$*).md.tmp bench/$(subst -,_,$*).md
 
 # What a GPU machine without Go needs to run tests/gpu/run.sh and
 # bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.
