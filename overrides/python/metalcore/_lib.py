@@ -378,40 +378,50 @@ _FLOAT_SET = frozenset(FLOATS)
 _available = {}  # device type -> whether metalcore has a backend (fixed for the process, bar fork)
 
 
-def unsupported(*tensors):
-    """Why metalcore does not compute this call, or None when it does: the
-    first tensor float32/float16/bfloat16, 1 to 32 dimensions, on a device
-    with a backend; every tensor (None skipped) plain (not a subclass),
-    of its dtype and device, contiguous and aligned to its elements; and no
-    trace recording the call."""
-    first = tensors[0]
-    if type(first) not in _PLAIN:
-        return "tensor subclass" if isinstance(first, torch.Tensor) else "not a tensor"
+def unsupported_one(x):
+    """Why metalcore does not compute a call on x alone, or None when it
+    does: a plain tensor (not a subclass), float32/float16/bfloat16, 1 to 32
+    dimensions, on a device with a backend, contiguous and aligned to its
+    elements; and no trace recording the call."""
+    if type(x) not in _PLAIN:
+        return "tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
     if _forked or _is_tracing() or _onnx_export():
         return recording()
-    dtype = first.dtype
-    if dtype not in _FLOAT_SET:
-        return f"dtype {str(dtype)[6:]}"
-    n = first.dim()
+    if x.dtype not in _FLOAT_SET:
+        return f"dtype {str(x.dtype)[6:]}"
+    n = x.dim()
     if n == 0:
         return "0-d"
     if n > MAX_DIMS:
         return f"more than {MAX_DIMS} dimensions"
-    device = first.device
-    kind = device.type
+    kind = "cuda" if x.is_cuda else x.device.type
     ok = _available.get(kind)
     if ok is None:
         ok = _available[kind] = available(kind)
     if not ok:
         return f"no {kind} backend"
-    for t in tensors:
+    if not x.is_contiguous():
+        return "non-contiguous"
+    if not compiling() and x.data_ptr() % x.element_size():
+        return MISALIGNED
+    return None
+
+
+def unsupported(first, *others):
+    """unsupported_one(first), and every other tensor (None skipped) plain,
+    of first's dtype and device, contiguous and aligned to its elements."""
+    why = unsupported_one(first)
+    if why is not None or not others:
+        return why
+    dtype, device = first.dtype, first.device
+    for t in others:
         if t is None:
             continue
         if type(t) not in _PLAIN:
             return "tensor subclass" if isinstance(t, torch.Tensor) else f"{type(t).__name__} where a tensor goes"
         if t.dtype != dtype:
             return "mixed dtypes"
-        if t is not first and t.device != device:
+        if t.device != device:
             return "mixed devices"
         if not t.is_contiguous():
             return "non-contiguous"

@@ -137,7 +137,7 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    why = _off("silu", input) or ("inplace=True" if inplace else None) or _lib.unsupported(input)
+    why = _off("silu", input) or ("inplace=True" if inplace else None) or _lib.unsupported_one(input)
     if why is None:
         return _ops.silu(input)
     return _fall_back("silu", why, input, inplace=inplace)

@@ -99,7 +99,7 @@ def softmax_refused(x, dim, dtype):
     """Why softmax(x, dim, dtype=dtype) is not the library's, or None: a
     dtype= other than the input's (or float32 of a 16-bit input), or a dim
     other than the last."""
-    why = _lib.unsupported(x)
+    why = _lib.unsupported_one(x)
     if why is None and dtype is not None and dtype != x.dtype and not upcasts(x, dtype):
         why = f"dtype={str(dtype)[6:]} on {str(x.dtype)[6:]} input"
     if why is None and (dim is None or dim not in (-1, x.dim() - 1)):
@@ -118,7 +118,7 @@ def softmax(x, dim=-1, dtype=None):
 
 
 def gelu_refused(x, approximate):
-    why = _lib.unsupported(x)
+    why = _lib.unsupported_one(x)
     if why is None and approximate not in ("none", "tanh"):
         why = f"approximate={approximate!r} (metalcore has 'none' and 'tanh')"
     return why
@@ -135,7 +135,7 @@ def gelu(x, approximate="none"):
 
 def silu(x):
     """SiLU, differentiable."""
-    why = _lib.unsupported(x)
+    why = _lib.unsupported_one(x)
     if why is None:
         return _ops.silu(x)
     _refuse("silu", why)

@@ -16,7 +16,7 @@ def why_not(a, mode):
         return f"mode {mode!r}"
     if isinstance(a, torch.Tensor) and a.dim() < 2:
         return "fewer than 2 dimensions"
-    why = _lib.unsupported(a)
+    why = _lib.unsupported_one(a)
     if why is None and a.requires_grad and torch.is_grad_enabled():
         why = "gradient wanted"
     return why

@@ -139,7 +139,7 @@ class SiLU(torch.nn.SiLU):
     """torch.nn.SiLU (inplace is PyTorch's) with metalcore's kernels."""
 
     def forward(self, x):
-        if not self.inplace and _lib.unsupported(x) is None:
+        if not self.inplace and _lib.unsupported_one(x) is None:
             return _ops.silu(x)
         return super().forward(x)
 
