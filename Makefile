@@ -142,7 +142,7 @@ test-go:
 
 # The same suite built without the experiment: the portable-only build path.
 test-portable:
-	GOEXPERIMENT= $(GO) test -count=1 ./backend/... ./ops/...
+	GOEXPERIMENT= $(GO) test -count=1 ./backend/... ./ops/... ./kernels/...
 
 # checkptr (on with -race) rejects archsimd's own masked tail loads, which
 # convert a short slice to a vector-sized array pointer; the hardware mask

@@ -103,3 +103,12 @@ func TestErrors(t *testing.T) {
 		require.Equal(t, []float32{9, 9, 9, 9}, y, name)
 	}
 }
+
+// ISA names the table the kernels run on, which the build decides: the
+// portable one without GOEXPERIMENT=simd.
+func TestISA(t *testing.T) {
+	require.Contains(t, []string{"avx512", "avx2", "portable"}, ISA())
+	if !simdBuild {
+		require.Equal(t, "portable", ISA())
+	}
+}

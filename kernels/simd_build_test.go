@@ -1,0 +1,6 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+// simdBuild: the vector kernels are built in.
+const simdBuild = true
