@@ -22,6 +22,7 @@ import time
 
 import torch
 
+import harness
 import metalcore
 
 try:
@@ -124,16 +125,13 @@ def run(device, attention, rounds):
 
 
 def main():
-    devices = sys.argv[1:] or (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]
     print("# A Llama training step through the public API\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, transformers {transformers.__version__}; "
           "`python3 bench/e2e.py`. Speed is PyTorch's step time over the variant's (above 1: faster than "
           "PyTorch). Bar (issue 34): every variant >= 1.0x, all three >= 1.03x; memory <= PyTorch's + 5% "
           "(plus, with metalcore's AdamW, 4 bytes per 16-bit parameter of float32 state).\n")
-    for device in devices:
-        if device == "cpu":
-            torch.set_num_threads(metalcore.cpu_threads())
-        where = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    for device in harness.devices(cpu_first=False):
+        where = harness.on(device)
         for attention in ("eager", "sdpa"):
             rows = run(device, attention, 6 if device == "cuda" else 3)
             print(f"## {device} ({where}), {attention} attention\n")

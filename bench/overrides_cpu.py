@@ -15,6 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import harness
 import metalcore
 
 ORIGINAL = {n: getattr(F, n) for n in ("layer_norm", "softmax", "gelu", "silu")}
@@ -44,8 +45,8 @@ def call(op, fns, x, w, b):
 
 
 def main():
-    threads = metalcore.cpu_threads()
-    torch.set_num_threads(threads)
+    harness.on("cpu")
+    threads = torch.get_num_threads()
     print("# The CPU overrides against PyTorch, through the public API\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, both at {threads} threads; "
           "`python3 bench/overrides_cpu.py`. PyTorch's time over the patched function's (above 1: metalcore "

@@ -12,12 +12,12 @@ fused step (CUDA) or foreach step (CPU). CPU rows run both at the same
 thread count."""
 import ctypes
 import statistics
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+import harness
 import metalcore
 
 ROUNDS, CALLS = 7, 2000
@@ -134,17 +134,13 @@ def layer_rows(device):
 
 
 def main():
-    devices = sys.argv[1:] or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print("# Host time per call through the public Python API\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, `python3 bench/python_host.py`. "
           f"Median over {ROUNDS} rounds of the mean of {CALLS} calls (AdamW: 50 steps), in microseconds; "
           "CPU: float32 4x64, both at the same thread count; CUDA: bfloat16 4x64. Bar: metalcore <= "
           "max(1.5 x PyTorch, PyTorch + 5 us); AdamW <= PyTorch.\n")
-    for device in devices:
-        if device == "cpu":
-            torch.set_num_threads(metalcore.cpu_threads())
-        name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-        print(f"## {device} ({name})\n")
+    for device in harness.devices():
+        print(f"## {device} ({harness.on(device)})\n")
         print("| call | PyTorch µs | metalcore µs | ratio | bar |")
         print("|---|---:|---:|---:|---|")
         for call, ours, theirs in cases(device):
