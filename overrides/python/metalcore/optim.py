@@ -226,6 +226,12 @@ class AdamW(torch.optim.Optimizer):
             state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
         return state
 
+    def __setstate__(self, state):
+        """Unpickling and deepcopy (torch.optim.Optimizer pickles defaults,
+        state and groups): the plans are made again."""
+        super().__setstate__(state)
+        self._plans = {}
+
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
         self.__dict__.setdefault("_plans", {}).clear()

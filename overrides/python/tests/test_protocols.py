@@ -268,6 +268,24 @@ def test_misaligned_tensor_in_a_later_group_changes_nothing():
     assert torch.equal(a, before) and float(opt.state[a].get("step", 0)) == 0
 
 
+def test_deepcopy_and_pickle_of_a_stepped_optimizer_step_on():
+    """The kept plans (ctypes tables) are not state: a copy makes its own."""
+    import copy
+    import pickle
+    torch.manual_seed(0)
+    p = torch.randn(5, requires_grad=True)
+    p.grad = torch.randn(5)
+    opt = metalcore.optim.AdamW([p], lr=1e-2)
+    opt.step()
+    for other in (copy.deepcopy(opt), pickle.loads(pickle.dumps(opt))):
+        q = other.param_groups[0]["params"][0]
+        q.grad = p.grad.clone()
+        other.step()
+        assert float(other.state[q]["step"]) == 2
+    opt.step()
+    torch.testing.assert_close(q, p)
+
+
 # ---- 5. complex parameters ----------------------------------------------------------
 
 @pytest.mark.parametrize("amsgrad", [False, True] if torch.__version__ >= "2" else [False])  # 1.13's has no complex amsgrad
