@@ -349,7 +349,11 @@ if compiling is None:
     def compiling():
         return False
 
-_is_tracing = torch.jit.is_tracing
+# torch.jit.is_tracing without its is_scripting() check (nothing here is
+# scripted: modules script as PyTorch's); an ONNX export either traces
+# (TorchScript's exporter) or compiles (dynamo's), so eager calls need not
+# ask the exporter, whose question costs half a microsecond on PyTorch 2.
+_is_tracing = torch._C._is_tracing
 _onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
 
 
@@ -385,7 +389,7 @@ def unsupported_one(x):
     elements; and no trace recording the call."""
     if type(x) not in _PLAIN:
         return "tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
-    if _forked or _is_tracing() or _onnx_export():
+    if _forked or _is_tracing() or (compiling() and _onnx_export()):
         return recording()
     if x.dtype not in _FLOAT_SET:
         return f"dtype {str(x.dtype)[6:]}"
