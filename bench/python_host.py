@@ -113,7 +113,7 @@ def layer_rows(device):
     xg = x.clone().requires_grad_()
     w = torch.randn(64, device=device, dtype=dtype, requires_grad=True)
     y = torch.empty_like(x)
-    held = [ctypes.create_string_buffer(_lib._SLOT_BYTES) for _ in range(2)]
+    held = [ctypes.create_string_buffer(_lib.SLOT_BYTES) for _ in range(2)]
     for h, t in zip(held, (x, y)):
         _lib.pack_into(h, 0, ctypes.addressof(h), t)
     xa, ya = (ctypes.addressof(h) for h in held)

@@ -22,7 +22,7 @@ class _Desc:
     passed to ctypes as its address."""
 
     def __init__(self, t, device_type):
-        self.buf = ctypes.create_string_buffer(_lib._SLOT_BYTES)
+        self.buf = ctypes.create_string_buffer(_lib.SLOT_BYTES)
         self._as_parameter_ = ctypes.addressof(self.buf)
         _lib.pack_into(self.buf, 0, self._as_parameter_, t)
         self.contents = _lib.Tensor.from_buffer(self.buf)  # its fields, as for a ctypes pointer

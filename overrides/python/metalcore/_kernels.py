@@ -4,7 +4,6 @@ Every path above (autograd Functions, custom ops, the optimizer) calls
 these; none of them checks whether the library takes the input (that is
 _lib.unsupported, asked by the caller)."""
 import ctypes
-import struct
 
 import torch
 
@@ -172,9 +171,6 @@ class AdamWConfig(ctypes.Structure):
                 ("amsgrad", ctypes.c_int32), ("maximize", ctypes.c_int32)]
 
 
-_DATA = struct.Struct("<Q")
-
-
 class TensorTable:
     """The descriptors of a list of tensors side by side, and the array of
     their addresses (an mc_tensor* const*), kept between calls: a step
@@ -183,19 +179,19 @@ class TensorTable:
 
     def __init__(self, tensors):
         n = len(tensors)
-        self.buffer = ctypes.create_string_buffer(max(n, 1) * _lib._SLOT_BYTES)
+        self.buffer = ctypes.create_string_buffer(max(n, 1) * _lib.SLOT_BYTES)
         base = ctypes.addressof(self.buffer)
-        self.addresses = [base + i * _lib._SLOT_BYTES for i in range(n)]
+        self.addresses = [base + i * _lib.SLOT_BYTES for i in range(n)]
         self.pointers = (ctypes.c_void_p * max(n, 1))(*self.addresses)
         self.address = ctypes.addressof(self.pointers)
         for i, t in enumerate(tensors):
             self.set(i, t)
 
     def set(self, i, t):
-        _lib.pack_into(self.buffer, i * _lib._SLOT_BYTES, self.addresses[i], t)
+        _lib.pack_into(self.buffer, i * _lib.SLOT_BYTES, self.addresses[i], t)
 
     def set_data(self, i, data):
-        _DATA.pack_into(self.buffer, i * _lib._SLOT_BYTES, data)
+        _lib.DATA.pack_into(self.buffer, i * _lib.SLOT_BYTES, data)
 
 
 def adamw_step(tables, n, config, grad_scale, found_inf, queue):

@@ -91,7 +91,7 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # and strides, so one pack_into writes a whole description.
 _HEAD = "<QiiiBBHQQQ"
 assert ctypes.sizeof(Tensor) == struct.calcsize(_HEAD) == 48
-_SLOT_BYTES = 48 + 16 * MAX_DIMS
+SLOT_BYTES = 48 + 16 * MAX_DIMS
 _CONTIGUOUS = [struct.Struct(_HEAD + "q" * max(n, 1)) for n in range(MAX_DIMS + 1)]
 _STRIDED = [struct.Struct(_HEAD + "q" * (2 * n)) for n in range(MAX_DIMS + 1)]
 
@@ -107,7 +107,7 @@ class _Slots(threading.local):
 
     def grow(self, n):
         while len(self.buffers) <= n:
-            buf = ctypes.create_string_buffer(_SLOT_BYTES)
+            buf = ctypes.create_string_buffer(SLOT_BYTES)
             self.buffers.append(buf)
             self.views.append(memoryview(buf).cast("B"))
             self.addresses.append(ctypes.addressof(buf))
@@ -116,20 +116,17 @@ class _Slots(threading.local):
 _slots = _Slots()
 
 
-_CODES = {dtype: code_bits for dtype, code_bits in DTYPES.items()}
-
-
 def pack_into(buf, offset, address, t):
     """Writes t's mc_tensor at buf[offset:] (its address is address), its
     shape and strides right after it."""
     if t.is_cuda:
         data, device_type, device_id, byte_offset = t.data_ptr(), 2, t.get_device(), 0
-    elif t.is_mps:
+    elif t.is_mps:  # the buffer and the view's offset into it (see _mps)
         data, byte_offset = _mps.buffer_and_offset(t)
-        device_type, device_id = 8, t.get_device()
+        device_type, device_id = 8, t.device.index or 0
     else:
         data, device_type, device_id, byte_offset = t.data_ptr(), 1, 0, 0
-    code, bits = _CODES[t.dtype]
+    code, bits = DTYPES[t.dtype]
     n = t.dim()
     if t.is_contiguous():
         _CONTIGUOUS[n].pack_into(buf, offset, data, device_type, device_id, n, code, bits, 1, address + 48, 0,
@@ -152,20 +149,22 @@ def describe(t, slot=0):
     return address
 
 
-_DATA = struct.Struct("<Q")
+DATA = struct.Struct("<Q")
 
 
 def describe_like(t, slot, like_slot):
     """describe(t, slot) for a t of the same dtype, device, shape and
     contiguous layout as the tensor described in like_slot (an output made
     by empty_like): that description with t's data (it shares the shape
-    array)."""
+    array). An MPS tensor's data is its buffer and offset: described whole."""
+    if t.is_mps:
+        return describe(t, slot)
     views = _slots.views
     if slot >= len(views):
         _slots.grow(slot)
     view = views[slot]
     view[:48] = views[like_slot][:48]
-    _DATA.pack_into(view, 0, t.data_ptr())
+    DATA.pack_into(view, 0, t.data_ptr())
     return _slots.addresses[slot]
 
 
@@ -177,15 +176,16 @@ def describe_half(t, slot, half):
         _slots.grow(slot)
     address = _slots.addresses[slot]
     k = t.numel() // 2
-    device_type, device_id = (2, t.get_device()) if t.is_cuda else (1, 0)
-    _CONTIGUOUS[1].pack_into(views[slot], 0, t.data_ptr() + 4 * k * half, device_type, device_id, 1, 2, 32, 1,
-                             address + 48, 0, 0, k)
+    data, byte_offset, device_type, device_id = t.data_ptr() + 4 * k * half, 0, 1, 0
+    if t.is_cuda:
+        device_type, device_id = 2, t.get_device()
+    elif t.is_mps:  # the buffer, and the half's offset into it
+        data, byte_offset = _mps.buffer_and_offset(t)
+        byte_offset += 4 * k * half
+        device_type, device_id = 8, t.device.index or 0
+    _CONTIGUOUS[1].pack_into(views[slot], 0, data, device_type, device_id, 1, 2, 32, 1, address + 48, 0,
+                             byte_offset, k)
     return address
-
-
-def describe_all(*tensors):
-    """describe() of each argument, in slots 0, 1, ..."""
-    return [describe(t, i) for i, t in enumerate(tensors)]
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)

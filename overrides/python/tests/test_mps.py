@@ -93,3 +93,38 @@ class _MPSView:
 def test_buffer_and_offset_as_dlpack():
     # data is the storage's buffer, byte_offset the view's offset in bytes
     assert _mps.buffer_and_offset(_MPSView()) == (0xABC000, 10)
+
+
+class _MPSTensor(_MPSView):
+    """The rest of what the package reads of an MPS tensor: a 3 x 4 view."""
+    is_cuda, is_mps, dtype, shape = False, True, torch.float32, torch.Size([3, 4])
+    device = torch.device("mps", 0) if hasattr(torch.backends, "mps") else None
+
+    def dim(self):
+        return 2
+
+    def element_size(self):
+        return 4
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return 12
+
+    def data_ptr(self):  # buffer + offset: never a handle, never to be described
+        return 0xABC000 + 20
+
+
+def test_mps_descriptions_carry_the_buffer_and_offset():
+    """describe, describe_like (an output like it) and describe_half
+    (LayerNorm's statistics) name the buffer and the byte offset, never
+    data_ptr()."""
+    t = _MPSTensor()
+    first = _lib.Tensor.from_address(_lib.describe(t, 0))
+    like = _lib.Tensor.from_address(_lib.describe_like(t, 1, 0))
+    half = _lib.Tensor.from_address(_lib.describe_half(t, 2, 1))
+    for d in (first, like, half):
+        assert d.data == 0xABC000 and d.device_type == 8
+    assert first.byte_offset == like.byte_offset == 20 and half.byte_offset == 20 + 4 * 6
+    assert list(first.shape[:2]) == [3, 4] and half.ndim == 1 and half.shape[0] == 6
