@@ -90,6 +90,7 @@ class _Batch:
         # dtype and device; each row its shape, complex flag and data
         first = self.rows[0][0]
         self.dtype, self.device_index, self.element_size = first.dtype, first.get_device(), first.element_size()
+        self.mps = first.is_mps  # an MPS tensor's data is a buffer and an offset: described whole
         self.shapes = [row[0].shape for row in self.rows]
         self.complex = [p.is_complex() for p in self.owners]
         self.data = [p.data_ptr() for p in self.owners]
@@ -102,7 +103,7 @@ class _Batch:
         """Reads each parameter's gradient into the grads table; False when
         one no longer matches the param's description (the plan is then
         made again)."""
-        set_data, rows = self.tables[1].set_data, self.rows
+        table, rows = self.tables[1], self.rows
         dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
         for i, (p, shape, cplx) in enumerate(zip(self.owners, self.shapes, self.complex)):
             g = p.grad
@@ -115,7 +116,10 @@ class _Batch:
                     not g.is_contiguous() or data % size):
                 return False
             rows[i][1] = g
-            set_data(i, data)
+            if self.mps:
+                table.set(i, g)
+            else:
+                table.set_data(i, data)
         return True
 
 
