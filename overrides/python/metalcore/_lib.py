@@ -349,11 +349,11 @@ if compiling is None:
     def compiling():
         return False
 
-# torch.jit.is_tracing without its is_scripting() check (nothing here is
-# scripted: modules script as PyTorch's); an ONNX export either traces
-# (TorchScript's exporter) or compiles (dynamo's), so eager calls need not
-# ask the exporter, whose question costs half a microsecond on PyTorch 2.
-_is_tracing = torch._C._is_tracing
+# An ONNX export either traces (TorchScript's exporter) or compiles
+# (dynamo's), so eager calls need not ask the exporter, whose question costs
+# half a microsecond on PyTorch 2. (torch.jit.is_tracing, not
+# torch._C._is_tracing: torch.compile traces only the former.)
+_is_tracing = torch.jit.is_tracing
 _onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
 
 
