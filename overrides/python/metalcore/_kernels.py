@@ -17,10 +17,12 @@ _gelu_fwd, _gelu_bwd = lib.mc_gelu_fwd, lib.mc_gelu_bwd
 _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
 
 
-def _workspace(query, x):
+def _workspace(query, x, *args):
+    """The workspace the size query (an mc_*_workspace_size taking x, args,
+    then the size's address) asks for, or None when it asks for none."""
     n = ctypes.c_int64()
     CALLS[query.__name__[3:]] += 1
-    check(query(describe(x), ctypes.addressof(n)))
+    check(query(describe(x), *args, ctypes.addressof(n)))
     return torch.empty(n.value, dtype=torch.uint8, device=x.device) if n.value else None
 
 
@@ -153,10 +155,7 @@ def qr(a, mode):
     batch = a.shape[:-2]
     r = torch.empty(*batch, rr, n, dtype=a.dtype, device=a.device)
     q = torch.empty(*batch, qm, qc, dtype=a.dtype, device=a.device) if mode != "r" else None
-    size = ctypes.c_int64()
-    CALLS["qr_workspace_size"] += 1
-    check(lib.mc_qr_workspace_size(describe(a), QR_MODES[mode], ctypes.addressof(size)))
-    ws = torch.empty(size.value, dtype=torch.uint8, device=a.device) if size.value else None
+    ws = _workspace(lib.mc_qr_workspace_size, a, QR_MODES[mode])
     CALLS["qr"] += 1
     check(lib.mc_qr(describe(a, 0), QR_MODES[mode], describe(q, 1), describe(r, 2), describe(ws, 3), encoder(a)))
     return (q if q is not None else torch.empty(0, dtype=a.dtype, device=a.device)), r

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _lib, _ops, linalg
-from .functional import gelu_refused, norm_refused, softmax_refused, upcasts, weights_misfit
+from .functional import (gelu_refused, last_dim_only, norm_refused, normalized, softmax_refused, upcasts,
+                         weights_misfit)
 
 # Where each op is on by default: a device type (every dtype) or
 # "device/dtype". Chosen through the public API against PyTorch at equal
@@ -82,8 +83,7 @@ def _off(op, t):
 
 
 def _last_dim(input, normalized_shape):
-    shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
-    if input.dim() >= 1 and len(shape) == 1 and shape[0] == input.shape[-1]:
+    if last_dim_only(input, normalized(normalized_shape)):
         return None
     return "normalized over more than the last dimension"
 
@@ -112,19 +112,20 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     return _fall_back("softmax", why, input, dim, _stacklevel, dtype)
 
 
-def torch_softmax(input, dim, dtype=None):
-    """torch.softmax and Tensor.softmax: (input, dim, dtype=None)."""
-    why = _off("softmax", input) or softmax_refused(input, dim, dtype)
-    if why is None:
-        return _ops.softmax(input, upcasts(input, dtype))
-    return _fall_back("torch_softmax", why, input, dim, dtype=dtype)
+def _dim_softmax(target):
+    """The patch of torch.softmax or Tensor.softmax, (input, dim,
+    dtype=None), falling back to target's original; named target, as
+    pickle finds it in this module."""
+    def softmax(input, dim, dtype=None):
+        why = _off("softmax", input) or softmax_refused(input, dim, dtype)
+        if why is None:
+            return _ops.softmax(input, upcasts(input, dtype))
+        return _fall_back(target, why, input, dim, dtype=dtype)
+    softmax.__qualname__ = target
+    return softmax
 
 
-def tensor_softmax(input, dim, dtype=None):
-    why = _off("softmax", input) or softmax_refused(input, dim, dtype)
-    if why is None:
-        return _ops.softmax(input, upcasts(input, dtype))
-    return _fall_back("tensor_softmax", why, input, dim, dtype=dtype)
+torch_softmax, tensor_softmax = _dim_softmax("torch_softmax"), _dim_softmax("tensor_softmax")
 
 
 def gelu(input, approximate="none"):

@@ -9,11 +9,25 @@ import torch
 
 from . import _backward, _lib, _ops
 
+
+def normalized(normalized_shape):
+    """A normalized_shape (an int or a sequence) as a tuple."""
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(normalized_shape)
+
+
+def last_dim_only(x, shape):
+    """Whether the normalized shape (a tuple) is x's last dimension alone:
+    what metalcore normalizes over."""
+    return len(shape) == 1 and x.dim() >= 1 and x.shape[-1] == shape[0]
+
+
 def _refuse(what, why):
-    """False where PyTorch's op is to run (the caller computes with it),
+    """Returns where PyTorch's op is to run (the caller computes with it),
     else raises."""
     if why in _lib.PYTORCH_RUNS:
-        return False
+        return
     raise ValueError(f"metalcore.{what}: unsupported input: {why} (metalcore takes float32, float16 and "
                      f"bfloat16 tensors of 1 to {_lib.MAX_DIMS} dimensions, contiguous and on one device; the "
                      "PyTorch overrides fall back to PyTorch for other inputs)")
@@ -46,7 +60,7 @@ def rms_norm(x, weight=None, eps=1e-6):
 def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
     """Returns (rms_norm(x + residual) * weight, x + residual) in one pass
     (inference: not differentiable)."""
-    why = norm_refused(x, eps, weight) or _lib.unsupported(x, residual)
+    why = norm_refused(x, eps, weight, residual)
     if why is None and residual.shape != x.shape:
         why = f"residual of shape {list(residual.shape)} for x of shape {list(x.shape)}"
     if why is None:
@@ -80,8 +94,8 @@ def _layer_norm(x, weight=None, bias=None, eps=1e-5):
 
 
 def _layer_norm_torch_form(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
-    if not isinstance(x, torch.Tensor) or shape != tuple(x.shape[-1:]):
+    shape = normalized(normalized_shape)
+    if not isinstance(x, torch.Tensor) or not last_dim_only(x, shape):
         if _lib.recording() is not None:
             return _backward.torch_layer_norm(x, normalized_shape, weight, bias, eps)
         raise ValueError(f"metalcore.layer_norm: normalized_shape {list(shape)} is not the last dimension of the "

@@ -3,25 +3,12 @@ computed by metalcore where it takes the input and by PyTorch's own
 arithmetic elsewhere (and under a torch.jit trace): RMSNorm, LayerNorm,
 FusedAddRMSNorm, SiLU, GELU, Softmax. torch.jit.script compiles each as
 the PyTorch module it mirrors, with the same parameters."""
-import numbers
 from typing import List, Optional
 
 import torch
 
 from . import _backward, _lib, _ops
-from .functional import gelu_refused, norm_refused, softmax_refused
-
-
-def _shape(normalized_shape):
-    if isinstance(normalized_shape, numbers.Integral):
-        return (int(normalized_shape),)
-    return tuple(normalized_shape)
-
-
-def _last_dim_only(x, shape):
-    """Whether the normalized shape is x's last dimension alone (what
-    metalcore normalizes over)."""
-    return len(shape) == 1 and x.dim() >= 1 and x.shape[-1] == shape[0]
+from .functional import gelu_refused, last_dim_only, norm_refused, normalized, softmax_refused
 
 
 def _eps(eps, x):
@@ -68,7 +55,7 @@ class RMSNorm(torch.nn.Module):
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
         super().__init__()
-        self.normalized_shape = _shape(normalized_shape)
+        self.normalized_shape = normalized(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
@@ -78,7 +65,7 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x):
         eps, weight = _eps(self.eps, x), self.weight
-        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, eps, weight) is None:
+        if last_dim_only(x, self.normalized_shape) and norm_refused(x, eps, weight) is None:
             return _ops.rms_norm(x, weight, float(eps))
         return _backward.torch_rms_norm(x, weight, eps, tuple(range(-len(self.normalized_shape), 0)))
 
@@ -103,7 +90,7 @@ class LayerNorm(torch.nn.LayerNorm):
 
     def forward(self, x):
         weight, bias = self.weight, self.bias  # each a Module.__getattr__
-        if _last_dim_only(x, self.normalized_shape) and norm_refused(x, self.eps, weight, bias) is None:
+        if last_dim_only(x, self.normalized_shape) and norm_refused(x, self.eps, weight, bias) is None:
             return _ops.layer_norm(x, weight, bias, float(self.eps))
         return super().forward(x)
 
@@ -124,9 +111,8 @@ class FusedAddRMSNorm(RMSNorm):
 
     def forward(self, x, residual):
         eps = _eps(self.eps, x)
-        if (not _ops._wants_grad(x, residual, self.weight) and _last_dim_only(x, self.normalized_shape) and
-                norm_refused(x, eps, self.weight) is None and _lib.unsupported(x, residual) is None and
-                residual.shape == x.shape):
+        if (not _ops._wants_grad(x, residual, self.weight) and last_dim_only(x, self.normalized_shape) and
+                norm_refused(x, eps, self.weight, residual) is None and residual.shape == x.shape):
             return _ops.fused_add_rms_norm(x, residual, self.weight, float(eps))
         total = x + residual
         return super().forward(total), total
