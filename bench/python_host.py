@@ -118,13 +118,14 @@ def layer_rows(device):
         _lib.pack_into(h, 0, ctypes.addressof(h), t)
     xa, ya = (ctypes.addressof(h) for h in held)
     queue = _lib.encoder(x)
+    key = ("silu_fwd", _lib.form(x))
     return [
         ("metalcore.silu (public function)", lambda: metalcore.silu(x)),
         ("  checks: _lib.unsupported", lambda: _lib.unsupported(x)),
         ("  _ops.silu (no checks)", lambda: _ops.silu(x)),
         ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x)),
         ("    torch.empty_like", lambda: torch.empty_like(x)),
-        ("    describe one tensor", lambda: _lib.describe(x)),
+        ("    describe x and y (their form, the block kept for it)", lambda: _lib.described(key, (x, y))),
         ("    the stream or encoder", lambda: _lib.encoder(x)),
         ("    mc_silu_fwd, descriptors made beforehand", lambda: _lib.lib.mc_silu_fwd(xa, ya, queue)),
         ("metalcore.rms_norm, weight requires grad", lambda: metalcore.rms_norm(x, w)),

@@ -165,4 +165,7 @@ func run(lo, hi int, fn func(lo, hi int, s *Scratch)) {
 
 // RowGrain is how many rows of width cols one piece of Parallel takes at
 // least, so that a piece is worth a goroutine.
-func RowGrain(cols int) int { return max(1, 16384/max(cols, 1)) }
+func RowGrain(cols int) int { return max(1, GrainElements/max(cols, 1)) }
+
+// GrainElements is the fewest elements a piece of Parallel takes over rows.
+const GrainElements = 16384

@@ -31,7 +31,8 @@ func NewCall() *Call { return calls.Get().(*Call) }
 // Free empties c and returns it to the pool; nothing may use c or its views
 // afterwards.
 func (c *Call) Free() {
-	*c = Call{}
+	clear(c.views[:min(c.n+1, maxArgs)]) // and the one a failed check wrote; the rest are zero already
+	c.err, c.n, c.nInPlace = nil, 0, 0
 	calls.Put(c)
 }
 

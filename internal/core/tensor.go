@@ -178,6 +178,9 @@ var deviceNames = map[int32]string{DeviceCPU: "CPU", DeviceCUDA: "CUDA", DeviceM
 // CheckOwned fails unless v's data is memory of its device, as the device's
 // backend tells (CPU memory and empty views pass).
 func CheckOwned(v *View) error {
+	if v.DeviceType == DeviceCPU {
+		return nil
+	}
 	b, ok := backends[v.DeviceType]
 	if !ok || v.N == 0 {
 		return nil
@@ -205,6 +208,9 @@ func BackendAvailable(deviceType int32) bool {
 }
 
 func checkDevice(name string, dev int32) error {
+	if dev == DeviceCPU { // no backend registers the CPU: spare the lookup
+		return nil
+	}
 	if b, ok := backends[dev]; ok {
 		if err := b.available(); err != nil {
 			return Errorf(ErrUnsupportedDevice, "%s is a %s tensor but the %s backend is unavailable: %v", name, b.name, b.name, err)
@@ -212,8 +218,6 @@ func checkDevice(name string, dev int32) error {
 		return nil
 	}
 	switch dev {
-	case DeviceCPU:
-		return nil
 	case DeviceCUDA:
 		return Errorf(ErrUnsupportedDevice, "%s is a CUDA tensor: the CUDA backend is not available in this build", name)
 	case DeviceMetal:

@@ -22,6 +22,10 @@ const (
 )
 
 func forwardCPU(xv, yv *core.View, kernel string, pick func(*simd.Table) func(dst, x []float32), _ unsafe.Pointer) error {
+	if small(xv, yv) {
+		pick(cpu.K())(cpu.Float32s(yv.Base, yv.N), cpu.Float32s(xv.Base, xv.N))
+		return nil
+	}
 	if xv.DType != core.F32 { // every 16-bit input has its answer in a table
 		elementwise(yv, xv, nil, forwardTable(tableFor(kernel, xv.DType), xv.DType, pick(&simd.Portable)))
 		return nil
@@ -32,12 +36,28 @@ func forwardCPU(xv, yv *core.View, kernel string, pick func(*simd.Table) func(ds
 }
 
 func backwardCPU(dyv, xv, dxv *core.View, kernel string, pick func(*simd.Table) func(dst, dy, x []float32), _ unsafe.Pointer) error {
+	if small(xv, dyv, dxv) {
+		pick(cpu.K())(cpu.Float32s(dxv.Base, dxv.N), cpu.Float32s(dyv.Base, dyv.N), cpu.Float32s(xv.Base, xv.N))
+		return nil
+	}
 	if xv.DType != core.F32 {
 		elementwise(dxv, dyv, xv, gradTable(tableFor(kernel, xv.DType), xv.DType, pick(&simd.Portable)))
 		return nil
 	}
 	elementwise(dxv, dyv, xv, floatChunks(pick(cpu.K())))
 	return nil
+}
+
+// small reports whether the views are contiguous float32 tensors that one
+// piece of cpu.Parallel would cover: the primitive then runs on them whole,
+// with no scratch, closures or goroutines.
+func small(vs ...*core.View) bool {
+	for _, v := range vs {
+		if v.DType != core.F32 || !v.Contiguous || v.N > cpu.GrainElements {
+			return false
+		}
+	}
+	return true
 }
 
 // chunkFn computes elements [off, off+m) of o from a and b (b may be absent).

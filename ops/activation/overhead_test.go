@@ -24,3 +24,14 @@ func BenchmarkCallCUDA(b *testing.B) {
 		tu.SyncEvery(b, i)
 	}
 }
+
+// BenchmarkCallCPU is the host cost of one call on a tiny CPU tensor.
+func BenchmarkCallCPU(b *testing.B) {
+	x, y := tu.CPU.New(core.F32, []int64{4, 64}), tu.CPU.New(core.F32, []int64{4, 64})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := SiluFwd(x.Ptr(), y.Ptr(), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

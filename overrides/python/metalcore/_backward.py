@@ -4,6 +4,8 @@ and the custom ops (torch.compile). Each takes the backward kernels to call
 traces where it could not trace a ctypes call). A backward run with
 create_graph is computed in PyTorch's differentiable ops instead, so that a
 second derivative is PyTorch's."""
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -13,9 +15,12 @@ torch_gelu, torch_silu, torch_softmax, torch_layer_norm = F.gelu, F.silu, F.soft
 
 def torch_rms_norm(x, weight, eps, dims=(-1,)):
     """RMSNorm in PyTorch's ops: float32 statistics, the result cast back to
-    x's dtype, then times weight."""
+    x's dtype, then times weight. The mean is a sum divided (as PyTorch's
+    mean computes it), which a DTensor sharded on dims reduces with a sum:
+    gloo has no average."""
     xf = x.float()
-    y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
+    n = math.prod(x.shape[d] for d in dims)
+    y = (xf * torch.rsqrt(xf.pow(2).sum(dims, keepdim=True) / n + eps)).to(x.dtype)
     return y if weight is None else y * weight
 
 
@@ -36,7 +41,7 @@ def rms_norm(kernels, dy, x, weight, rstd, eps, needs):
 
 
 def layer_norm(kernels, dy, x, weight, bias, stats, eps, needs):
-    """stats: the forward's float32 [2, rows...], mean then rstd."""
+    """stats: the forward's float32 [2 * rows], means then rstds."""
     if torch.is_grad_enabled():
         return vjp(lambda x, w, b: torch_layer_norm(x, x.shape[-1:], w, b, eps), (x, weight, bias), dy, needs)
     return kernels.layer_norm_backward(dy, x, weight, stats, weight is not None and needs[1],

@@ -32,18 +32,18 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float) -> Tuple[Tensor, T
 
 @rms_norm.register_fake
 def _(x, weight, eps):
-    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return torch.empty_like(x), x.new_empty(_kernels.rows(x), dtype=torch.float32)
 
 
 @torch.library.custom_op("metalcore::layer_norm", mutates_args=())
 def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
-    """(y, stats): stats float32 [2, rows...], each row's mean then rstd."""
+    """(y, stats): stats float32 [2 * rows], every row's mean then every row's rstd."""
     return _kernels.layer_norm(x, weight, bias, eps)
 
 
 @layer_norm.register_fake
 def _(x, weight, bias, eps):
-    return torch.empty_like(x), x.new_empty((2,) + tuple(x.shape[:-1]), dtype=torch.float32)
+    return torch.empty_like(x), x.new_empty(2 * _kernels.rows(x), dtype=torch.float32)
 
 
 @torch.library.custom_op("metalcore::softmax", mutates_args=())

@@ -4,79 +4,109 @@ Every path above (autograd Functions, custom ops, the optimizer) calls
 these; none of them checks whether the library takes the input (that is
 _lib.unsupported, asked by the caller)."""
 import ctypes
+import math
 
 import torch
 
 from . import _lib
-from ._lib import CALLS, check, describe, describe_half, describe_like, encoder, lib
+from ._lib import CALLS, check, describe, described, encoder, form, lib
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
 _softmax_fwd, _softmax_bwd = lib.mc_softmax_fwd, lib.mc_softmax_bwd
 _gelu_fwd, _gelu_bwd = lib.mc_gelu_fwd, lib.mc_gelu_bwd
 _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
+_fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
+_qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
+
+
+_workspace_bytes = {}  # (query, x's form, args) -> bytes: fixed by the shapes and the device
 
 
 def _workspace(query, x, *args):
     """The workspace the size query (an mc_*_workspace_size taking x, args,
-    then the size's address) asks for, or None when it asks for none."""
-    n = ctypes.c_int64()
-    CALLS[query.__name__[3:]] += 1
-    check(query(describe(x), *args, ctypes.addressof(n)))
-    return torch.empty(n.value, dtype=torch.uint8, device=x.device) if n.value else None
+    then the size's address) asks for, or None when it asks for none; asked
+    once per form of x."""
+    key = (query.__name__, form(x)) + args
+    n = _workspace_bytes.get(key)
+    if n is None:
+        size = ctypes.c_int64()
+        CALLS[query.__name__[3:]] += 1
+        check(query(describe(x), *args, ctypes.addressof(size)))
+        if len(_workspace_bytes) >= 256:
+            _workspace_bytes.clear()
+        n = _workspace_bytes[key] = size.value
+    return x.new_empty(n, dtype=torch.uint8) if n else None
 
 
-def _row_stats(x):
-    return torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+def rows(x):
+    """How many rows of its last dimension x has."""
+    n = x.shape[-1]
+    return x.numel() // n if n else math.prod(x.shape[:-1])
 
+
+def _row_stats(x, per_row=1):
+    """float32 [per_row * rows] on x's device: an rstd per row, or
+    LayerNorm's statistics (every row's mean, then every row's rstd)."""
+    return x.new_empty(per_row * rows(x), dtype=torch.float32)
+
+
+# Each call's tensors are described through described(): the key names the
+# library function (as CALLS does), the forms of the tensors given to it,
+# and what fixes the shapes of those it makes.
 
 def rms_norm(x, weight, eps, want_rstd=True):
     """(y, rstd); rstd None unless want_rstd."""
     y = torch.empty_like(x)
     rstd = _row_stats(x) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
-    xd = describe(x, 0)
-    check(_rmsnorm_fwd(xd, describe(weight, 1), eps, describe_like(y, 2, 0), describe(rstd, 3), encoder(x)))
+    a = described(("rmsnorm_fwd", form(x), form(weight), want_rstd), (x, weight, y, rstd))
+    check(_rmsnorm_fwd(a[0], a[1], eps, a[2], a[3], encoder(x)))
     return y, rstd
 
 
 def rms_norm_backward(dy, x, weight, rstd, want_dw):
     """(dx, dweight); dweight None unless want_dw."""
+    dy = dy.contiguous()
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight) if want_dw else None
     ws = _workspace(lib.mc_rmsnorm_bwd_workspace_size, x) if want_dw else None
     CALLS["rmsnorm_bwd"] += 1
-    check(_rmsnorm_bwd(describe(dy.contiguous(), 0), describe(x, 1), describe(weight, 2), describe(rstd, 3),
-                       describe(dx, 4), describe(dw, 5), describe(ws, 6), encoder(x)))
+    a = described(("rmsnorm_bwd", form(dy), form(x), form(weight), form(rstd), form(ws), want_dw),
+                  (dy, x, weight, rstd, dx, dw, ws))
+    check(_rmsnorm_bwd(a[0], a[1], a[2], a[3], a[4], a[5], a[6], encoder(x)))
     return dx, dw
 
 
+_STATS_HALVES = {4: 0, 5: 1}
+
+
 def layer_norm(x, weight, bias, eps, want_stats=True):
-    """(y, stats): stats float32 [2, rows...], each row's mean then its rstd
-    (one allocation), or None unless want_stats."""
+    """(y, stats): stats float32 [2 * rows], every row's mean then every
+    row's rstd (one allocation), or None unless want_stats."""
     y = torch.empty_like(x)
+    stats = _row_stats(x, 2) if want_stats else None
     CALLS["layernorm_fwd"] += 1
-    xd = describe(x, 0)
-    if want_stats:
-        stats = torch.empty((2,) + x.shape[:-1], dtype=torch.float32, device=x.device)
-        check(_layernorm_fwd(xd, describe(weight, 1), describe(bias, 2), eps, describe_like(y, 3, 0),
-                             describe_half(stats, 4, 0), describe_half(stats, 5, 1), encoder(x)))
-        return y, stats
-    check(_layernorm_fwd(xd, describe(weight, 1), describe(bias, 2), eps, describe_like(y, 3, 0), None, None,
-                         encoder(x)))
-    return y, None
+    a = described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats),
+                  (x, weight, bias, y, stats, stats), _STATS_HALVES)
+    check(_layernorm_fwd(a[0], a[1], a[2], eps, a[3], a[4], a[5], encoder(x)))
+    return y, stats
+
+
+_BACKWARD_STATS_HALVES = {3: 0, 4: 1}
 
 
 def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
     """(dx, dweight, dbias); each gradient None unless wanted."""
+    dy = dy.contiguous()
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight) if want_dw else None
     db = torch.empty(x.shape[-1], dtype=x.dtype, device=x.device) if want_db else None
     ws = _workspace(lib.mc_layernorm_bwd_workspace_size, x) if (want_dw or want_db) else None
     CALLS["layernorm_bwd"] += 1
-    check(_layernorm_bwd(describe(dy.contiguous(), 0), describe(x, 1), describe(weight, 2), describe_half(stats, 3, 0),
-                         describe_half(stats, 4, 1), describe(dx, 5), describe(dw, 6), describe(db, 7),
-                         describe(ws, 8), encoder(x)))
+    a = described(("layernorm_bwd", form(dy), form(x), form(weight), form(stats), form(ws), want_dw, want_db),
+                  (dy, x, weight, stats, stats, dx, dw, db, ws), _BACKWARD_STATS_HALVES)
+    check(_layernorm_bwd(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], encoder(x)))
     return dx, dw, db
 
 
@@ -84,51 +114,62 @@ def softmax(x, upcast=False):
     """softmax(x) in x's dtype, or float32 (upcast, for a 16-bit x)."""
     y = torch.empty_like(x, dtype=torch.float32) if upcast else torch.empty_like(x)
     CALLS["softmax_fwd"] += 1
-    check(_softmax_fwd(describe(x, 0), describe(y, 1) if upcast else describe_like(y, 1, 0), encoder(x)))
+    a = described(("softmax_fwd", form(x), upcast), (x, y))
+    check(_softmax_fwd(a[0], a[1], encoder(x)))
     return y
 
 
 def softmax_backward(dy, y):
+    dy = dy.contiguous()
     dx = torch.empty_like(y)
     CALLS["softmax_bwd"] += 1
-    check(_softmax_bwd(describe(dy.contiguous(), 0), describe(y, 1), describe(dx, 2), encoder(y)))
+    a = described(("softmax_bwd", form(dy), form(y)), (dy, y, dx))
+    check(_softmax_bwd(a[0], a[1], a[2], encoder(y)))
+    return dx
+
+
+def _unary(name, fn, x, *args):
+    """y = fn(x) for an elementwise library function fn(x, *args, y, queue)
+    (named name in CALLS)."""
+    CALLS[name] += 1
+    y = torch.empty_like(x)
+    a = described((name, form(x)), (x, y))
+    check(fn(a[0], *args, a[1], encoder(x)))
+    return y
+
+
+def _unary_grad(name, fn, dy, x, *args):
+    """dx for an elementwise backward fn(dy, x, *args, dx, queue)."""
+    CALLS[name] += 1
+    dy = dy.contiguous()
+    dx = torch.empty_like(x)
+    a = described((name, form(dy), form(x)), (dy, x, dx))
+    check(fn(a[0], a[1], *args, a[2], encoder(x)))
     return dx
 
 
 def gelu(x, tanh_form):
-    y = torch.empty_like(x)
-    CALLS["gelu_fwd"] += 1
-    check(_gelu_fwd(describe(x, 0), tanh_form, describe_like(y, 1, 0), encoder(x)))
-    return y
+    return _unary("gelu_fwd", _gelu_fwd, x, tanh_form)
 
 
 def gelu_backward(dy, x, tanh_form):
-    dx = torch.empty_like(x)
-    CALLS["gelu_bwd"] += 1
-    check(_gelu_bwd(describe(dy.contiguous(), 0), describe(x, 1), tanh_form, describe(dx, 2), encoder(x)))
-    return dx
+    return _unary_grad("gelu_bwd", _gelu_bwd, dy, x, tanh_form)
 
 
 def silu(x):
-    y = torch.empty_like(x)
-    CALLS["silu_fwd"] += 1
-    check(_silu_fwd(describe(x, 0), describe_like(y, 1, 0), encoder(x)))
-    return y
+    return _unary("silu_fwd", _silu_fwd, x)
 
 
 def silu_backward(dy, x):
-    dx = torch.empty_like(x)
-    CALLS["silu_bwd"] += 1
-    check(_silu_bwd(describe(dy.contiguous(), 0), describe(x, 1), describe(dx, 2), encoder(x)))
-    return dx
+    return _unary_grad("silu_bwd", _silu_bwd, dy, x)
 
 
 def fused_add_rms_norm(x, residual, weight, eps):
     """(rms_norm(x + residual) * weight, x + residual)."""
     y, out = torch.empty_like(x), torch.empty_like(residual)
     CALLS["fused_add_rmsnorm_fwd"] += 1
-    check(lib.mc_fused_add_rmsnorm_fwd(describe(x, 0), describe(residual, 1), describe(weight, 2), eps,
-                                       describe(y, 3), describe(out, 4), None, encoder(x)))
+    a = described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), (x, residual, weight, y, out))
+    check(_fused_add_fwd(a[0], a[1], a[2], eps, a[3], a[4], None, encoder(x)))
     return y, out
 
 
@@ -152,13 +193,14 @@ def qr_shapes(a, mode):
 def qr(a, mode):
     """(q, r) from the library; q empty in mode 'r'."""
     (qm, qc), (rr, n) = qr_shapes(a, mode)
-    batch = a.shape[:-2]
-    r = torch.empty(*batch, rr, n, dtype=a.dtype, device=a.device)
-    q = torch.empty(*batch, qm, qc, dtype=a.dtype, device=a.device) if mode != "r" else None
-    ws = _workspace(lib.mc_qr_workspace_size, a, QR_MODES[mode])
+    batch, code = a.shape[:-2], QR_MODES[mode]
+    r = a.new_empty(batch + (rr, n))
+    q = a.new_empty(batch + (qm, qc)) if mode != "r" else None
+    ws = _workspace(_qr_workspace, a, code)
     CALLS["qr"] += 1
-    check(lib.mc_qr(describe(a, 0), QR_MODES[mode], describe(q, 1), describe(r, 2), describe(ws, 3), encoder(a)))
-    return (q if q is not None else torch.empty(0, dtype=a.dtype, device=a.device)), r
+    d = described(("qr", form(a), code, form(ws)), (a, q, r, ws))
+    check(_qr(d[0], code, d[1], d[2], d[3], encoder(a)))
+    return (q if q is not None else a.new_empty(0)), r
 
 
 # ---- AdamW ------------------------------------------------------------------------------

@@ -152,29 +152,10 @@ def describe(t, slot=0):
 DATA = struct.Struct("<Q")
 
 
-def describe_like(t, slot, like_slot):
-    """describe(t, slot) for a t of the same dtype, device, shape and
-    contiguous layout as the tensor described in like_slot (an output made
-    by empty_like): that description with t's data (it shares the shape
-    array). An MPS tensor's data is its buffer and offset: described whole."""
-    if t.is_mps:
-        return describe(t, slot)
-    views = _slots.views
-    if slot >= len(views):
-        _slots.grow(slot)
-    view = views[slot]
-    view[:48] = views[like_slot][:48]
-    DATA.pack_into(view, 0, t.data_ptr())
-    return _slots.addresses[slot]
-
-
-def describe_half(t, slot, half):
-    """describe() of half 0 or 1 of a contiguous float32 tensor t, as a 1-D
-    tensor (LayerNorm's mean and rstd share one allocation)."""
-    views = _slots.views
-    if slot >= len(views):
-        _slots.grow(slot)
-    address = _slots.addresses[slot]
+def _pack_half(view, offset, address, t, half):
+    """Writes the mc_tensor of half 0 or 1 of a contiguous float32 tensor t,
+    as a 1-D tensor, at view[offset:] (LayerNorm's mean and rstd share one
+    allocation)."""
     k = t.numel() // 2
     data, byte_offset, device_type, device_id = t.data_ptr() + 4 * k * half, 0, 1, 0
     if t.is_cuda:
@@ -183,9 +164,78 @@ def describe_half(t, slot, half):
         data, byte_offset = _mps.buffer_and_offset(t)
         byte_offset += 4 * k * half
         device_type, device_id = 8, t.device.index or 0
-    _CONTIGUOUS[1].pack_into(views[slot], 0, data, device_type, device_id, 1, 2, 32, 1, address + 48, 0,
+    _CONTIGUOUS[1].pack_into(view, offset, data, device_type, device_id, 1, 2, 32, 1, address + 48, 0,
                              byte_offset, k)
-    return address
+
+
+def form(t):
+    """What t's description holds besides its data pointer (its shape, dtype,
+    device and whether it is contiguous), as a key; None for None."""
+    if t is None:
+        return None
+    return t.shape, t.dtype, t.get_device(), t.is_mps, t.is_contiguous()
+
+
+class _Plan:
+    """The mc_tensors of one call's tensors side by side in one block, and
+    where each one's data pointer goes: (offset, index of the tensor, bytes
+    added to its data_ptr)."""
+    __slots__ = ("buffer", "view", "addresses", "patches")
+
+    def __init__(self, tensors, halves):
+        n = len(tensors)
+        self.buffer = ctypes.create_string_buffer(n * SLOT_BYTES)
+        self.view = memoryview(self.buffer).cast("B")
+        base = ctypes.addressof(self.buffer)
+        self.addresses = [None] * n
+        self.patches = []
+        for i, t in enumerate(tensors):
+            if t is None:
+                continue
+            address, offset = base + i * SLOT_BYTES, i * SLOT_BYTES
+            self.addresses[i] = address
+            half = halves.get(i) if halves else None
+            if half is None:
+                pack_into(self.buffer, offset, address, t)
+                self.patches.append((offset, i, 0))
+            else:
+                _pack_half(self.view, offset, address, t, half)
+                self.patches.append((offset, i, 4 * (t.numel() // 2) * half))
+
+
+class _Plans(threading.local):
+    def __init__(self):
+        self.plans = {}
+        self.fresh = None
+
+
+_plans = _Plans()
+_MAX_PLANS = 256
+
+
+def described(key, tensors, halves=None):
+    """The addresses of mc_tensors for tensors (None stays None), in this
+    thread's block for key: built on the key's first call, and after that
+    only the data pointers are written. key must fix everything else of
+    every tensor: the forms of the tensors the caller was given, and
+    whatever fixes the shapes of the ones it made. halves: {index: 0 or 1}
+    for the entries described as half 0 or 1 of a tensor (_pack_half). MPS
+    and non-contiguous tensors are described afresh each call."""
+    plans = _plans.plans
+    plan = plans.get(key)
+    if plan is None:
+        plan = _Plan(tensors, halves)
+        if any(t is not None and (t.is_mps or not t.is_contiguous()) for t in tensors):
+            _plans.fresh = plan  # alive until this thread's next such call, after this call's end
+        else:
+            if len(plans) >= _MAX_PLANS:
+                plans.clear()
+            plans[key] = plan
+        return plan.addresses
+    view = plan.view
+    for offset, i, add in plan.patches:
+        DATA.pack_into(view, offset, tensors[i].data_ptr() + add)
+    return plan.addresses
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -352,8 +402,9 @@ if compiling is None:
 # An ONNX export either traces (TorchScript's exporter) or compiles
 # (dynamo's), so eager calls need not ask the exporter, whose question costs
 # half a microsecond on PyTorch 2. (torch.jit.is_tracing, not
-# torch._C._is_tracing: torch.compile traces only the former.)
-_is_tracing = torch.jit.is_tracing
+# torch._C._is_tracing, where torch.compile exists: it traces only the
+# former; before it, the latter saves two Python calls.)
+_is_tracing = torch.jit.is_tracing if hasattr(torch, "compile") else torch._C._is_tracing
 _onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
 
 
@@ -398,7 +449,7 @@ def unsupported_one(x):
         return "0-d"
     if n > MAX_DIMS:
         return f"more than {MAX_DIMS} dimensions"
-    kind = "cuda" if x.is_cuda else x.device.type
+    kind = "cuda" if x.is_cuda else "cpu" if x.is_cpu else x.device.type
     ok = _available.get(kind)
     if ok is None:
         ok = _available[kind] = available(kind)
@@ -417,7 +468,7 @@ def unsupported(first, *others):
     why = unsupported_one(first)
     if why is not None or not others:
         return why
-    dtype, device = first.dtype, first.device
+    dtype, device, pointers = first.dtype, first.device, not compiling()
     for t in others:
         if t is None:
             continue
@@ -429,7 +480,7 @@ def unsupported(first, *others):
             return "mixed devices"
         if not t.is_contiguous():
             return "non-contiguous"
-        if not compiling() and t.data_ptr() % t.element_size():
+        if pointers and t.data_ptr() % t.element_size():
             return MISALIGNED
     return None
 

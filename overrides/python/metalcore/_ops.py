@@ -15,8 +15,9 @@ if CUSTOM_OPS:
 _grad_enabled = torch.is_grad_enabled
 
 
-def _wants_grad(*tensors):
-    return _grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _wants_grad(x, weight, bias=None):
+    return _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad) or
+                                (bias is not None and bias.requires_grad))
 
 
 def rms_norm(x, weight, eps):

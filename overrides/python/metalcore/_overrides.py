@@ -30,22 +30,16 @@ ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
 # Tensor.softmax): inside it, the patched functions go straight to theirs,
 # uncounted. One that is re-entered through its own fallback (another
 # library's wrapper of it, taken for the original) goes to PyTorch's.
-_inside = threading.local()
+class _Inside(threading.local):
+    def __init__(self):
+        self.targets = set()
 
 
-def _running():
-    targets = getattr(_inside, "targets", None)
-    if targets is None:
-        targets = _inside.targets = set()
-    return targets
-
-
-def _nested():
-    return bool(getattr(_inside, "targets", None))
+_inside = _Inside()
 
 
 def _fall_back(target, why, *args, **kwargs):
-    running = _running()
+    running = _inside.targets
     if target in running:
         return _PYTORCH[target](*args, **kwargs)
     if not running:
@@ -72,11 +66,11 @@ def reset_fallback_counts():
 
 def _off(op, t):
     """Why the override of op does not apply to t's device and dtype, or None."""
-    if _nested():
+    if _inside.targets:
         return "inside a fallback"
     if not isinstance(t, torch.Tensor):
         return "not a tensor"
-    places, kind = _enabled.get(op, ()), t.device.type
+    places, kind = _enabled.get(op, ()), "cuda" if t.is_cuda else "cpu" if t.is_cpu else t.device.type
     if kind not in places and f"{kind}/{str(t.dtype)[6:]}" not in places:
         return f"not enabled for {kind} {str(t.dtype)[6:]}"
     return None

@@ -42,9 +42,10 @@ def norm_refused(x, eps, *params):
 
 def weights_misfit(x, *params):
     """Why these weight/bias tensors do not fit x's rows, or None."""
+    n = x.shape[-1]
     for p in params:
-        if p is not None and p.shape != x.shape[-1:]:
-            return f"a weight or bias of shape {list(p.shape)} for rows of {x.shape[-1]}"
+        if p is not None and (p.dim() != 1 or p.shape[0] != n):
+            return f"a weight or bias of shape {list(p.shape)} for rows of {n}"
     return None
 
 

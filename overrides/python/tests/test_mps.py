@@ -117,14 +117,17 @@ class _MPSTensor(_MPSView):
 
 
 def test_mps_descriptions_carry_the_buffer_and_offset():
-    """describe, describe_like (an output like it) and describe_half
-    (LayerNorm's statistics) name the buffer and the byte offset, never
-    data_ptr()."""
+    """describe, and described (a call's block: an output like the input,
+    LayerNorm's statistics as half of a tensor) name the buffer and the byte
+    offset, never data_ptr(); an MPS call's block is made afresh, never kept
+    to be patched with data_ptr()."""
     t = _MPSTensor()
     first = _lib.Tensor.from_address(_lib.describe(t, 0))
-    like = _lib.Tensor.from_address(_lib.describe_like(t, 1, 0))
-    half = _lib.Tensor.from_address(_lib.describe_half(t, 2, 1))
-    for d in (first, like, half):
-        assert d.data == 0xABC000 and d.device_type == 8
-    assert first.byte_offset == like.byte_offset == 20 and half.byte_offset == 20 + 4 * 6
-    assert list(first.shape[:2]) == [3, 4] and half.ndim == 1 and half.shape[0] == 6
+    key = ("mps test",)
+    for _ in range(2):
+        like, half = (_lib.Tensor.from_address(a) for a in _lib.described(key, (t, t), {1: 1}))
+        for d in (first, like, half):
+            assert d.data == 0xABC000 and d.device_type == 8
+        assert first.byte_offset == like.byte_offset == 20 and half.byte_offset == 20 + 4 * 6
+        assert list(first.shape[:2]) == [3, 4] and half.ndim == 1 and half.shape[0] == 6
+    assert key not in _lib._plans.plans
