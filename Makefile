@@ -33,7 +33,7 @@ CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: msl test-msl darwin test-darwin test-python python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: msl test-msl darwin test-darwin test-python test-python-trixie python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -86,14 +86,14 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: deps test-generated test-cuda-syntax test-msl test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python
+test: deps test-generated test-cuda-syntax test-msl test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python test-python-trixie
 	@echo "make test: all passed"
 
 # What the tests and benchmarks need from Debian: checked, and installed with
 # apt-get where this user may (root, or sudo without a password); otherwise
 # the one command that would.
 DEBS := gcc g++ make pkgconf cmake qemu-user-static python3-torch python3-numpy python3-pytest python3-venv \
-	python3-setuptools python3-wheel libopenblas0-pthread clang-14 clang-format-14
+	python3-setuptools python3-wheel libopenblas0-pthread clang-14 clang-format-14 mmdebstrap
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	missing=$$(echo $$missing); \
@@ -205,6 +205,15 @@ $(PYLIB): $(LIB)
 # PyTorch this machine has (Debian's python3-torch), tested there (the
 # installed copy, not the source tree); an editable install imported too
 VENV := build/venv
+# The suite again on PyTorch 2.6, Debian 13's, inside a Debian 13 root made
+# on first use (build/trixie, about 1.6 GB; remade when TRIXIE_DEBS changes):
+# torch.compile, the custom ops, GradScaler's 2.x protocol, nn.RMSNorm,
+# FSDP2, DDP and DTensor run there instead of skipping.
+TRIXIE_DEBS := python3 python3-torch python3-numpy python3-pytest python3-setuptools python3-onnx libtorch-dev gcc g++
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+test-python-trixie: $(LIB)
+	tests/trixie/run.sh build/trixie $(DEBIAN_MIRROR) $(TRIXIE_DEBS)
+
 test-python: python
 	rm -rf $(VENV) build/venv-editable
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -280,5 +289,9 @@ pgo:
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzValidation -fuzztime 60s ./ops/
 
+# a bind mount left under build/ (a killed test-python-trixie) would take
+# the repository with it: refuse
 clean:
+	@! findmnt -rn -o TARGET | grep -q "^$(CURDIR)/build/" || \
+		{ echo "make clean: something is still mounted under build/ (findmnt | grep build/; umount it)"; exit 1; }
 	rm -rf build

@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from . import _backward, _lib, _ops
+from . import _backward, _dist, _lib, _ops
 
 
 def normalized(normalized_shape):
@@ -21,6 +21,17 @@ def last_dim_only(x, shape):
     """Whether the normalized shape (a tuple) is x's last dimension alone:
     what metalcore normalizes over."""
     return len(shape) == 1 and x.dim() >= 1 and x.shape[-1] == shape[0]
+
+
+def sharded(what, x, params, reduces_last, ours, theirs):
+    """A call on DTensor x: ours(local x, local params) on each shard where
+    that is exact (_dist.shard_refused), else theirs() (PyTorch's op on the
+    DTensors, counted as a fallback)."""
+    why = _dist.shard_refused(x, params, reduces_last)
+    if why is not None:
+        _lib.fell_back(what, why)
+        return theirs()
+    return _dist.on_shards(x, params, ours)
 
 
 def _refuse(what, why):
@@ -54,6 +65,9 @@ def rms_norm(x, weight=None, eps=1e-6):
     why = norm_refused(x, eps, weight)
     if why is None:
         return _ops.rms_norm(x, weight, float(eps))
+    if _dist.is_dtensor(x):
+        return sharded("rms_norm", x, (weight,), True, lambda t, w: rms_norm(t, w, eps),
+                       lambda: _backward.torch_rms_norm(x, weight, eps))
     _refuse("rms_norm", why)
     return _backward.torch_rms_norm(x, weight, eps)
 
@@ -66,9 +80,10 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
         why = f"residual of shape {list(residual.shape)} for x of shape {list(x.shape)}"
     if why is None:
         return _ops.fused_add_rms_norm(x, residual, weight, float(eps))
-    _refuse("fused_add_rms_norm", why)
+    if not _dist.is_dtensor(x):  # a DTensor's sum is PyTorch's, its norm rms_norm's
+        _refuse("fused_add_rms_norm", why)
     out = x + residual
-    return _backward.torch_rms_norm(out, weight, eps), out
+    return (rms_norm(out, weight, eps) if _dist.is_dtensor(out) else _backward.torch_rms_norm(out, weight, eps)), out
 
 
 def _is_shape(s):
@@ -90,6 +105,9 @@ def _layer_norm(x, weight=None, bias=None, eps=1e-5):
     why = norm_refused(x, eps, weight, bias)
     if why is None:
         return _ops.layer_norm(x, weight, bias, float(eps))
+    if _dist.is_dtensor(x):
+        return sharded("layer_norm", x, (weight, bias), True, lambda t, w, b: _layer_norm(t, w, b, eps),
+                       lambda: _backward.torch_layer_norm(x, x.shape[-1:], weight, bias, eps))
     _refuse("layer_norm", why)
     return _backward.torch_layer_norm(x, x.shape[-1:], weight, bias, eps)
 
@@ -128,6 +146,13 @@ def softmax(x, dim=-1, dtype=None):
     why = softmax_refused(x, dim, dtype)
     if why is None:
         return _ops.softmax(x, upcasts(x, dtype))
+    if _dist.is_dtensor(x):
+        def theirs():
+            return _backward.torch_softmax(x, dim, dtype=dtype)
+        if dim is None or dim not in (-1, x.dim() - 1):
+            _lib.fell_back("softmax", "dim other than the last")
+            return theirs()
+        return sharded("softmax", x, (), True, lambda t: softmax(t, dim, dtype), theirs)
     _refuse("softmax", why)
     return _backward.torch_softmax(x, dim, dtype=dtype)
 
@@ -144,6 +169,9 @@ def gelu(x, approximate="none"):
     why = gelu_refused(x, approximate)
     if why is None:
         return _ops.gelu(x, approximate == "tanh")
+    if _dist.is_dtensor(x):
+        return sharded("gelu", x, (), False, lambda t: gelu(t, approximate),
+                       lambda: _backward.torch_gelu(x, approximate=approximate))
     _refuse("gelu", why)
     return _backward.torch_gelu(x, approximate=approximate)
 
@@ -153,6 +181,8 @@ def silu(x):
     why = _lib.unsupported_one(x)
     if why is None:
         return _ops.silu(x)
+    if _dist.is_dtensor(x):
+        return sharded("silu", x, (), False, silu, lambda: _backward.torch_silu(x))
     _refuse("silu", why)
     return _backward.torch_silu(x)
 

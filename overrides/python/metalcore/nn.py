@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import torch
 
-from . import _backward, _lib, _ops
+from . import _backward, _dist, _lib, _ops, functional
 from .functional import gelu_refused, last_dim_only, norm_refused, normalized, softmax_refused
 
 
@@ -65,8 +65,11 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x):
         eps, weight = _eps(self.eps, x), self.weight
-        if last_dim_only(x, self.normalized_shape) and norm_refused(x, eps, weight) is None:
-            return _ops.rms_norm(x, weight, float(eps))
+        if last_dim_only(x, self.normalized_shape):
+            if norm_refused(x, eps, weight) is None:
+                return _ops.rms_norm(x, weight, float(eps))
+            if _dist.is_dtensor(x):  # each shard's, where that is exact
+                return functional.rms_norm(x, weight, eps)
         return _backward.torch_rms_norm(x, weight, eps, tuple(range(-len(self.normalized_shape), 0)))
 
     def extra_repr(self):
@@ -90,8 +93,11 @@ class LayerNorm(torch.nn.LayerNorm):
 
     def forward(self, x):
         weight, bias = self.weight, self.bias  # each a Module.__getattr__
-        if last_dim_only(x, self.normalized_shape) and norm_refused(x, self.eps, weight, bias) is None:
-            return _ops.layer_norm(x, weight, bias, float(self.eps))
+        if last_dim_only(x, self.normalized_shape):
+            if norm_refused(x, self.eps, weight, bias) is None:
+                return _ops.layer_norm(x, weight, bias, float(self.eps))
+            if _dist.is_dtensor(x):
+                return functional.layer_norm(x, weight, bias, self.eps)
         return super().forward(x)
 
     def __prepare_scriptable__(self):
@@ -125,8 +131,11 @@ class SiLU(torch.nn.SiLU):
     """torch.nn.SiLU (inplace is PyTorch's) with metalcore's kernels."""
 
     def forward(self, x):
-        if not self.inplace and _lib.unsupported_one(x) is None:
-            return _ops.silu(x)
+        if not self.inplace:
+            if _lib.unsupported_one(x) is None:
+                return _ops.silu(x)
+            if _dist.is_dtensor(x):
+                return functional.silu(x)
         return super().forward(x)
 
     def __prepare_scriptable__(self):
@@ -139,6 +148,8 @@ class GELU(torch.nn.GELU):
     def forward(self, x):
         if gelu_refused(x, self.approximate) is None:
             return _ops.gelu(x, self.approximate == "tanh")
+        if _dist.is_dtensor(x):
+            return functional.gelu(x, self.approximate)
         return super().forward(x)
 
     def __prepare_scriptable__(self):
@@ -151,6 +162,8 @@ class Softmax(torch.nn.Softmax):
     def forward(self, x):
         if softmax_refused(x, self.dim, None) is None:
             return _ops.softmax(x)
+        if _dist.is_dtensor(x):
+            return functional.softmax(x, self.dim)
         return super().forward(x)
 
     def __prepare_scriptable__(self):

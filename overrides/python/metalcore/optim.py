@@ -9,6 +9,7 @@ import math
 import torch
 
 from . import _kernels, _lib, _ops
+from ._dist import is_dtensor, local
 from ._lib import unsupported
 
 
@@ -19,7 +20,20 @@ def _state_dtype(p):
 
 
 def _real(t):
+    """What the library steps for t: a DTensor's local shard (AdamW is
+    elementwise, so any placement steps exactly), a complex tensor's real
+    view."""
+    t = local(t)
     return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _grad(p):
+    """p's gradient; a DTensor one laid out as p is (a gradient of
+    another placement, a Partial sum say, is redistributed first)."""
+    g = p.grad
+    if is_dtensor(g) and is_dtensor(p) and g.placements != p.placements:
+        g = g.redistribute(p.device_mesh, p.placements)
+    return g
 
 
 def _float32_step(count):
@@ -93,11 +107,11 @@ class _Batch:
         self.mps = first.is_mps  # an MPS tensor's data is a buffer and an offset: described whole
         self.shapes = [row[0].shape for row in self.rows]
         self.complex = [p.is_complex() for p in self.owners]
-        self.data = [p.data_ptr() for p in self.owners]
+        self.data = [local(p).data_ptr() for p in self.owners]
 
     def moved(self):
         """Whether a parameter's data is no longer where it was described."""
-        return any(p.data_ptr() != d for p, d in zip(self.owners, self.data))
+        return any(local(p).data_ptr() != d for p, d in zip(self.owners, self.data))
 
     def take_grads(self):
         """Reads each parameter's gradient into the grads table; False when
@@ -106,9 +120,9 @@ class _Batch:
         table, rows = self.tables[1], self.rows
         dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
         for i, (p, shape, cplx) in enumerate(zip(self.owners, self.shapes, self.complex)):
-            g = p.grad
-            if g is None:
+            if p.grad is None:
                 return False
+            g = local(_grad(p))
             if cplx:
                 g = torch.view_as_real(g)
             data = g.data_ptr()
@@ -141,11 +155,11 @@ class _Plan:
                 raise RuntimeError(f"AdamW: a gradient of shape {list(p.grad.shape)} for a parameter of shape "
                                    f"{list(p.shape)}")
             state = optimizer._state(p, group["amsgrad"], capturable)
-            row = [_real(p), _real(p.grad), _real(state["exp_avg"]), _real(state["exp_avg_sq"])]
+            row = [_real(p), _real(_grad(p)), _real(state["exp_avg"]), _real(state["exp_avg_sq"])]
             if group["amsgrad"]:
                 row.append(_real(state["max_exp_avg_sq"]))
             why = self.refused or unsupported(row[0], row[1])
-            if why is None and not all(t.is_contiguous() and t.device == p.device for t in row[2:]):
+            if why is None and not all(t.is_contiguous() and t.device == row[0].device for t in row[2:]):
                 why = "state not contiguous on the parameter's device"
             if why == _lib.MISALIGNED:
                 raise _lib.MetalcoreError("metalcore.optim.AdamW: a parameter or gradient whose data is not aligned "
@@ -153,10 +167,10 @@ class _Plan:
             if why is not None:
                 self.rest.append((p, why, state, row))
                 continue
-            count = None if capturable else float(state["step"])
-            batch = self.batches.get((p.device, count))
+            count, device = None if capturable else float(state["step"]), row[0].device
+            batch = self.batches.get((device, count))
             if batch is None:
-                batch = self.batches[(p.device, count)] = _Batch(p.device, count)
+                batch = self.batches[(device, count)] = _Batch(device, count)
             batch.owners.append(p)
             batch.rows.append(row)
             batch.states.append(state)
@@ -182,7 +196,9 @@ class AdamW(torch.optim.Optimizer):
     non-contiguous, a device without a backend), and groups whose
     hyper-parameters the library refuses (a negative lr from a schedule),
     are stepped with PyTorch's arithmetic, with the same float32 state.
-    Complex parameters are stepped as their real views. capturable=True
+    Complex parameters are stepped as their real views, DTensor parameters
+    (FSDP2, tensor parallel) on their local shards, whatever their meshes
+    and placements, with DTensor state placed as the parameter. capturable=True
     keeps each step count as a float32 tensor on its parameter's device
     (PyTorch's layout) and lets lr be a tensor: step() then never waits for
     the device, and can be captured in a CUDA graph.
@@ -325,7 +341,7 @@ class AdamW(torch.optim.Optimizer):
             return
         for p, why, state, row in plan.rest:
             _lib.fell_back("adamw", why)
-            row[1] = _real(p.grad)
+            row[1] = _real(_grad(p))
             state_step = state["step"]
             state_step += 1
             _torch_step(group, state_step if capturable else float(state_step), *row, grad_scale=grad_scale,
