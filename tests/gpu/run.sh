@@ -19,4 +19,5 @@ done
 (cd tests/gpu && METALCORE_LIBRARY=../../build/libmetalcore.so python3 cuda_test.py) || status=1
 python3 tests/gpu/cold_test.py || status=1
 PYTHONPATH=overrides/python python3 -m pytest -q -p no:cacheprovider overrides/python/tests tests/gpu/test_hf_llama.py || status=1
+PYTHONPATH=overrides/python python3 tests/gpu/dist_test.py || status=1
 exit $status

@@ -71,10 +71,12 @@ def differ(got, want, atol=2e-5):
 
 
 def sharded():
-    m = model()
+    """The model under FSDP2 on the CPU (a mesh named so: where CUDA is
+    present, fully_shard's default mesh is on the GPU)."""
+    m, mesh = model(), torch.distributed.device_mesh.init_device_mesh("cpu", (dist.get_world_size(),))
     for layer in (m[0], m[4]):
-        fully_shard(layer, reshard_after_forward=False)
-    fully_shard(m, reshard_after_forward=False)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=False)
+    fully_shard(m, mesh=mesh, reshard_after_forward=False)
     return m
 
 
