@@ -16,11 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 import torch
 
 STEPS, LR = 20, 1e-3
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def llama():
@@ -156,19 +156,10 @@ def worker(rank, world, port, out, mode):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             device_id=torch.device("cuda", rank))
-    results = {}
-    checks = {"bench": bench} if mode == "bench" else {
-        n[6:]: f for n, f in globals().items() if n.startswith("check_")}
-    for name, check in checks.items():
-        try:
-            results[name] = check(rank, world, out)
-        except Exception:
-            results[name] = traceback.format_exc()
-        dist.barrier()
-    with open(os.path.join(out, f"{rank}.json"), "w") as f:
-        json.dump(results, f)
-    dist.barrier()
-    os._exit(0)
+    sys.path.insert(0, os.path.join(REPO, "overrides", "python", "tests"))
+    from dist_worker import run_checks
+    run_checks({"bench": bench} if mode == "bench" else
+               {n[6:]: f for n, f in globals().items() if n.startswith("check_")}, rank, world, out)
 
 
 def run(mode):

@@ -192,11 +192,12 @@ def check_sharded_inputs(rank, world, tmp):
 CHECKS = {name[6:]: fn for name, fn in sorted(globals().items()) if name.startswith("check_")}
 
 
-def main(rank, world, port, out):
-    os.environ.update(USE_LIBUV="0", GLOO_SOCKET_IFNAME="lo")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+def run_checks(checks, rank, world, out):
+    """Runs each check (name -> check(rank, world, out)) on this rank, in
+    step with the others, writes the answers to out/RANK.json and ends the
+    process (destroy_process_group can hang on gloo: a barrier is the end)."""
     results = {}
-    for name, check in CHECKS.items():
+    for name, check in checks.items():
         try:
             results[name] = check(rank, world, out)
         except Exception:
@@ -204,10 +205,15 @@ def main(rank, world, port, out):
         dist.barrier()
     with open(os.path.join(out, f"{rank}.json"), "w") as f:
         json.dump(results, f)
-    # destroy_process_group can hang on gloo: the barrier is the end
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)
+
+
+def main(rank, world, port, out):
+    os.environ.update(USE_LIBUV="0", GLOO_SOCKET_IFNAME="lo")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    run_checks(CHECKS, rank, world, out)
 
 
 if __name__ == "__main__":
