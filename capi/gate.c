@@ -78,6 +78,10 @@ MC_GATED(gelu_bwd, (cten* dy, cten* x, int32_t approximate, mc_tensor* dx, void*
          (dy, x, approximate, dx, encoder))
 MC_GATED(silu_fwd, (cten* x, mc_tensor* y, void* encoder), (x, y, encoder))
 MC_GATED(silu_bwd, (cten* dy, cten* x, mc_tensor* dx, void* encoder), (dy, x, dx, encoder))
+MC_GATED(cross_entropy,
+         (cten* logits, cten* target, int64_t ignore_index, float label_smoothing, cten* scale, mc_tensor* loss,
+          mc_tensor* dlogits, void* encoder),
+         (logits, target, ignore_index, label_smoothing, scale, loss, dlogits, encoder))
 MC_GATED(adamw_step,
          (const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params, cten* const* grads,
           mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,

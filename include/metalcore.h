@@ -58,7 +58,7 @@ extern "C" {
  * functions, enum values and struct types are never removed or changed, so a
  * host built against an older minor version runs with a newer library. */
 #define MC_VERSION_MAJOR 0
-#define MC_VERSION_MINOR 5
+#define MC_VERSION_MINOR 6
 #define MC_VERSION_PATCH 0
 
 typedef enum {
@@ -73,7 +73,7 @@ typedef enum {
 } mc_status;
 
 enum { MC_DEVICE_CPU = 1, MC_DEVICE_CUDA = 2, MC_DEVICE_METAL = 8 }; /* DLPack codes */
-enum { MC_DTYPE_FLOAT = 2, MC_DTYPE_BFLOAT = 4 };                    /* DLPack codes */
+enum { MC_DTYPE_INT = 0, MC_DTYPE_FLOAT = 2, MC_DTYPE_BFLOAT = 4 };  /* DLPack codes */
 
 typedef struct { int32_t device_type; int32_t device_id; } mc_device;    /* = DLDevice   */
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } mc_dtype; /* = DLDataType */
@@ -173,6 +173,27 @@ mc_status mc_gelu_bwd(const mc_tensor* dy, const mc_tensor* x, int32_t approxima
                       mc_tensor* dx, void* encoder);
 mc_status mc_silu_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
 mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, void* encoder);
+
+/* ---- cross-entropy over the last dimension (since 0.6) -------------------
+ * For each row r of logits (rows = every index but the last, V = the last
+ * dimension) with class target t = target[r] (int64):
+ *   loss[r]       = (1-s)(lse_r - x[r,t]) + s(lse_r - mean_j x[r,j])
+ *   dlogits[r, j] = scale * (softmax(x_r)_j - (1-s)[j = t] - s/V)
+ * s = label_smoothing in [0, 1], lse_r the row's log-sum-exp, computed in
+ * float32 from one read of the row. A row whose target is ignore_index
+ * loses 0 and gets a zero gradient. target and loss (float32) hold one value
+ * per row (shaped as logits without its last dimension, or 1-D), contiguous;
+ * dlogits (or NULL: the loss alone) is shaped and typed as logits and may be
+ * logits itself; scale (or NULL: 1) is one float32 on the call's device,
+ * read there, so that a mean's 1 / count never waits for the device. A host
+ * builds F.cross_entropy's reductions from the rows, and a chunked linear
+ * cross-entropy from calls on chunks of logits of its own GEMMs. A target
+ * outside [0, V) other than ignore_index: MC_ERR_INVALID_ARGUMENT on the
+ * CPU, before anything is written; on a GPU, which cannot read it without
+ * waiting, NaN loss and gradient for that row. */
+mc_status mc_cross_entropy(const mc_tensor* logits, const mc_tensor* target, int64_t ignore_index,
+                           float label_smoothing, const mc_tensor* scale, mc_tensor* loss, mc_tensor* dlogits,
+                           void* encoder);
 
 /* ---- AdamW ------------------------------------------------------------------
  * One step of torch.optim.AdamW on n_tensors parameters at once: decoupled

@@ -37,10 +37,14 @@ func (c *Call) Free() {
 }
 
 func (c *Call) add(name string, t *Tensor, optional, output bool) *View {
+	return c.addAs(name, t, optional, output, Check)
+}
+
+func (c *Call) addAs(name string, t *Tensor, optional, output bool, check func(*View, string, *Tensor) error) *View {
 	if c.err != nil || (optional && t == nil) {
 		return nil
 	}
-	if err := Check(&c.views[c.n], name, t); err != nil {
+	if err := check(&c.views[c.n], name, t); err != nil {
 		c.err = err
 		return nil
 	}
@@ -61,6 +65,9 @@ func (c *Call) index(v *View) int8 {
 
 // In registers a required input tensor.
 func (c *Call) In(name string, t *Tensor) *View { return c.add(name, t, false, false) }
+
+// Index registers a required input of int64 indices.
+func (c *Call) Index(name string, t *Tensor) *View { return c.addAs(name, t, false, false, CheckIndex) }
 
 // OptIn registers an optional input: nil when t is NULL.
 func (c *Call) OptIn(name string, t *Tensor) *View { return c.add(name, t, true, false) }

@@ -39,11 +39,17 @@ const (
 	F32 DType = iota + 1
 	F16
 	BF16
+	// I64 is an index (a class target): only CheckIndex makes views of it,
+	// so no float kernel sees one.
+	I64
 )
 
 func (d DType) Size() int {
-	if d == F32 {
+	switch d {
+	case F32:
 		return 4
+	case I64:
+		return 8
 	}
 	return 2
 }
@@ -56,12 +62,15 @@ func (d DType) String() string {
 		return "float16"
 	case BF16:
 		return "bfloat16"
+	case I64:
+		return "int64"
 	}
 	return "invalid"
 }
 
 // DLPack type codes.
 const (
+	codeInt    = 0
 	codeFloat  = 2
 	codeBFloat = 4
 	codeUInt   = 1
@@ -94,7 +103,20 @@ type View struct {
 // Check validates a tensor argument: not NULL, a sane descriptor, a supported
 // device and dtype, sizes without overflow, and a contiguous last dimension,
 // into v (filled in place: list ops check thousands of tensors a call).
-func Check(v *View, name string, t *Tensor) error {
+func Check(v *View, name string, t *Tensor) error { return check(v, name, t, dtypeOf) }
+
+// CheckIndex is Check for a tensor of int64 indices (class targets).
+func CheckIndex(v *View, name string, t *Tensor) error { return check(v, name, t, indexDType) }
+
+func indexDType(name string, t *Tensor) (DType, error) {
+	if t.Lanes == 1 && t.Code == codeInt && t.Bits == 64 {
+		return I64, nil
+	}
+	return 0, Errorf(ErrUnsupportedDType, "%s has dtype (code %d, bits %d, lanes %d); indices must be int64",
+		name, t.Code, t.Bits, t.Lanes)
+}
+
+func check(v *View, name string, t *Tensor, dtypeOf func(string, *Tensor) (DType, error)) error {
 	*v = View{Name: name}
 	if t == nil {
 		return Errorf(ErrInvalidArgument, "%s is NULL", name)

@@ -34,7 +34,8 @@ static int failures;
     X(mc_fused_add_rmsnorm_fwd) X(mc_layernorm_fwd) X(mc_layernorm_bwd_workspace_size) \
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
-    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable)
+    X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
+    X(mc_cross_entropy)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -268,6 +269,41 @@ static void expect_failure(const char* what, mc_status got, mc_status want, cons
     CHECK(strstr(p_mc_last_error(), mention) != NULL, "%s: message \"%s\" lacks \"%s\"", what, p_mc_last_error(),
           mention);
     CHECK(memcmp(out->mem, before, (size_t)out->n * 4) == 0, "%s: output changed", what);
+}
+
+/* Cross-entropy rows with an ignored row and label smoothing, the loss and
+ * the gradient against a double reference; a target past V is refused with
+ * nothing written. */
+static void check_cross_entropy(mc_dtype dt, int64_t rows, int64_t cols) {
+    tensor x = make(dt, 2, rows, cols), g = make(dt, 2, rows, cols), loss = make(F32, 1, 1, rows);
+    fill(&x, 3);
+    int64_t* targets = malloc((size_t)rows * sizeof(int64_t));
+    int64_t tshape[1] = {rows};
+    mc_tensor target = {targets, {MC_DEVICE_CPU, 0}, 1, {MC_DTYPE_INT, 64, 1}, tshape, NULL, 0};
+    for (int64_t r = 0; r < rows; r++) targets[r] = r % 4 == 1 ? -100 : (r * 7) % cols;
+    const double s = 0.1;
+    CHECK(p_mc_cross_entropy(&x.t, &target, -100, (float)s, NULL, &loss.t, &g.t, NULL) == MC_OK, "cross_entropy: %s",
+          p_mc_last_error());
+    double* want = malloc(sizeof(double) * (size_t)(rows * cols));
+    double* want_loss = malloc(sizeof(double) * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY, sum = 0, e = 0;
+        for (int64_t c = 0; c < cols; c++) m = fmax(m, get(&x, r * cols + c)), sum += get(&x, r * cols + c);
+        for (int64_t c = 0; c < cols; c++) e += exp(get(&x, r * cols + c) - m);
+        double lse = m + log(e);
+        int64_t t = targets[r];
+        want_loss[r] = t < 0 ? 0 : (1 - s) * (lse - get(&x, r * cols + t)) + s * (lse - sum / (double)cols);
+        for (int64_t c = 0; c < cols; c++)
+            want[r * cols + c] = t < 0 ? 0 : exp(get(&x, r * cols + c) - lse) - s / (double)cols - (c == t ? 1 - s : 0);
+    }
+    expect_close("cross_entropy loss", &loss, want_loss, F32, 1);
+    expect_close("cross_entropy dlogits", &g, want, dt, 1.0 / (double)cols);
+    targets[rows - 1] = cols;
+    void* before = malloc((size_t)loss.n * 4);
+    memcpy(before, loss.mem, (size_t)loss.n * 4);
+    expect_failure("cross_entropy target past V", p_mc_cross_entropy(&x.t, &target, -100, 0, NULL, &loss.t, NULL, NULL),
+                   MC_ERR_INVALID_ARGUMENT, "target", &loss, before);
+    free(before), free(want), free(want_loss), free(targets), free(x.mem), free(g.mem), free(loss.mem);
 }
 
 /* One AdamW step over three tensors (one empty) against a double reference,
@@ -569,6 +605,7 @@ int main(int argc, char** argv) {
         for (int b = 0; b < 2; b++) {
             check_norms(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
             check_softmax_activations(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
+            check_cross_entropy(b ? BF16 : F32, shapes[i][0], shapes[i][1]);
         }
     }
     check_cpu_settings();

@@ -25,7 +25,7 @@ from ._warn import warn
 # The library version this package is written for (MC_VERSION_MAJOR, and the
 # MC_VERSION_MINOR that added the last function it calls): a library of
 # another major, or an older minor, is refused.
-ABI_MAJOR, ABI_MINOR = 0, 5
+ABI_MAJOR, ABI_MINOR = 0, 6
 
 log = logging.getLogger("metalcore")
 if os.environ.get("METALCORE_LOG", "").lower() == "debug":

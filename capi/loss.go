@@ -1,0 +1,19 @@
+package main
+
+// #include "metalcore.h"
+import "C"
+
+import (
+	"unsafe"
+
+	"metalcore/ops/loss"
+)
+
+//export mcgo_cross_entropy
+func mcgo_cross_entropy(logits, target *C.mc_tensor, ignoreIndex C.int64_t, labelSmoothing C.float,
+	scale, lossOut, dlogits *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+	return call("mc_cross_entropy", func() error {
+		return loss.CrossEntropy(tensor(logits), tensor(target), int64(ignoreIndex), float32(labelSmoothing),
+			tensor(scale), tensor(lossOut), tensor(dlogits), encoder)
+	})
+}

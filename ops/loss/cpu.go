@@ -1,0 +1,80 @@
+package loss
+
+import (
+	"math"
+	"unsafe"
+
+	"metalcore/backend/cpu"
+	"metalcore/internal/core"
+)
+
+func init() { crossEntropy.Register(core.DeviceCPU, crossEntropyCPU) }
+
+// Scratch buffer slots: the row as float32, and its exponentials.
+const (
+	bufX = iota
+	bufE
+)
+
+func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) error {
+	cols, targets := xv.Cols, unsafe.Slice((*int64)(tv.Base), tv.N)
+	for r, t := range targets { // before anything is written
+		if t != a.ignore && (t < 0 || t >= int64(cols)) {
+			return core.Errorf(core.ErrInvalidArgument, "target %d of row %d is outside [0, %d) and not ignore_index (%d)",
+				t, r, cols, a.ignore)
+		}
+	}
+	scale := float32(1)
+	if sv != nil {
+		scale = *(*float32)(sv.Base)
+	}
+	losses, s, v := cpu.Float32s(lv.Base, lv.N), a.smoothing, float32(cols)
+	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, sc *cpu.Scratch) {
+		k := cpu.K()
+		for r := lo; r < hi; r++ {
+			t := targets[r]
+			var g cpu.Span
+			e := sc.Buf(bufE, cols)
+			if gv != nil {
+				g = cpu.RowSpan(gv, r)
+				e = g.Out(0, e) // float32: the gradient's own memory (x's, in place)
+			}
+			if t == a.ignore {
+				losses[r] = 0
+				if gv != nil {
+					clear(e)
+					g.Store(0, e)
+				}
+				continue
+			}
+			xs := cpu.RowSpan(xv, r).Load(0, sc.Buf(bufX, cols))
+			xt, mean := xs[t], float32(0)
+			if s != 0 {
+				sum, _ := k.ShiftedSums(xs, 0)
+				mean = sum / v
+			}
+			m := k.Max(xs)
+			if !finite(m) { // NaN, +inf or a row of -inf: NaN, as in float64
+				losses[r] = float32(math.NaN())
+				if gv != nil {
+					for i := range e {
+						e[i] = float32(math.NaN())
+					}
+					g.Store(0, e)
+				}
+				continue
+			}
+			sum := k.ExpSum(e, xs, m) // e = exp(x - m): x is read first where e is x
+			lse := m + float32(math.Log(float64(sum)))
+			losses[r] = (1-s)*(lse-xt) + s*(lse-mean)
+			if gv != nil {
+				k.Normalize(e, e, nil, nil, sum*s/v, scale/sum) // scale · (p − s/V)
+				e[t] -= scale * (1 - s)
+				g.Store(0, e)
+			}
+		}
+	})
+	return nil
+}
+
+func finite(m float32) bool { return !math.IsInf(float64(m), 0) && m == m }

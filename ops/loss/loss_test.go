@@ -1,0 +1,176 @@
+package loss
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+)
+
+const ignore = -100
+
+// targets for rows of width cols: random classes, every fifth row ignored
+// (and every row, for allIgnored), the last class somewhere.
+func targets(rng interface{ IntN(int) int }, rows, cols int, allIgnored bool) []float64 {
+	t := make([]float64, rows)
+	for r := range t {
+		t[r] = float64(rng.IntN(cols))
+		if r%5 == 3 || allIgnored {
+			t[r] = ignore
+		}
+	}
+	if rows > 1 && !allIgnored {
+		t[0] = float64(cols - 1)
+	}
+	return t
+}
+
+func TestCrossEntropy(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		rng := tu.RNG(t)
+		for _, smoothing := range []float64{0, 0.1} {
+			for _, withScale := range []bool{false, true} {
+				x := c.New(c.Shape, 0)
+				xs := x.Rand(rng, 3)
+				rowShape := c.Shape[:len(c.Shape)-1]
+				tt := c.Backend.New(core.I64, rowShape).Set(targets(rng, c.Rows(), c.Cols(), false))
+				loss := c.Backend.New(core.F32, rowShape)
+				g := x
+				if !c.InPlace {
+					g = c.New(c.Shape, 0)
+				}
+				var scale *core.Tensor
+				sc := 1.0
+				if withScale {
+					sc = 0.25
+					scale = c.Backend.New(core.F32, []int64{1}).Set([]float64{sc}).Ptr()
+				}
+				require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, float32(smoothing), scale, loss.Ptr(), g.Ptr(), nil), c)
+				var wantLoss, wantGrad []float64
+				for r, row := range tu.Rows(xs, c.Cols()) {
+					target := int(tt.Values()[r])
+					if target == ignore {
+						wantLoss = append(wantLoss, 0)
+						wantGrad = append(wantGrad, make([]float64, len(row))...)
+						continue
+					}
+					l, gr := RefCrossEntropy(row, target, smoothing, sc)
+					wantLoss, wantGrad = append(wantLoss, l), append(wantGrad, gr...)
+				}
+				what := c.String()
+				tu.Close(t, what+" loss", loss.Values(), wantLoss, 2e-5)
+				tu.CloseScaled(t, what+" dlogits", g.Values(), wantGrad, tu.Tol(c.DT), sc/float64(c.Cols()))
+				require.True(t, g.PaddingPoisoned(), "%v: wrote outside dlogits' elements", c)
+			}
+		}
+	})
+}
+
+// Without dlogits, the loss alone; with every row ignored, zeros.
+func TestCrossEntropyLossOnlyAndAllIgnored(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
+		rng := tu.RNG(t)
+		for _, dt := range tu.DTypes {
+			x := b.New(dt, []int64{6, 33})
+			xs := x.Rand(rng, 2)
+			tt := b.New(core.I64, []int64{6}).Set(targets(rng, 6, 33, false))
+			loss := b.New(core.F32, []int64{6})
+			require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, 0, nil, loss.Ptr(), nil, nil))
+			for r, row := range tu.Rows(xs, 33) {
+				want := 0.0
+				if target := int(tt.Values()[r]); target != ignore {
+					want, _ = RefCrossEntropy(row, target, 0, 1)
+				}
+				require.InDelta(t, want, loss.Values()[r], 2e-5*(math.Abs(want)+1), "%v row %d", dt, r)
+			}
+			tt.Set(targets(rng, 6, 33, true))
+			g := b.New(dt, []int64{6, 33})
+			require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, 0.2, nil, loss.Ptr(), g.Ptr(), nil))
+			for _, v := range append(loss.Values(), g.Values()...) {
+				require.Zero(t, v, "%v: an ignored row", dt)
+			}
+		}
+	})
+}
+
+// A row holding a NaN or +inf, or all -inf, is NaN in loss and gradient.
+func TestCrossEntropyNonFiniteRows(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
+		for _, dt := range tu.DTypes {
+			const cols = 9
+			xs := make([]float64, 3*cols)
+			for i := range cols {
+				xs[i], xs[cols+i], xs[2*cols+i] = float64(i), float64(i), math.Inf(-1)
+			}
+			xs[4], xs[cols+2] = math.NaN(), math.Inf(1)
+			x := b.New(dt, []int64{3, cols}).Set(xs)
+			tt := b.New(core.I64, []int64{3}).Set([]float64{1, 2, 3})
+			loss, g := b.New(core.F32, []int64{3}), b.New(dt, []int64{3, cols})
+			require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, 0, nil, loss.Ptr(), g.Ptr(), nil))
+			for i, v := range append(loss.Values(), g.Values()...) {
+				require.True(t, math.IsNaN(v), "%v [%d] = %g, want NaN", dt, i, v)
+			}
+		}
+	})
+}
+
+// Bad calls are refused and write nothing.
+func TestCrossEntropyRefusals(t *testing.T) {
+	x := tu.New(core.F32, []int64{4, 10})
+	x.Rand(tu.RNG(t), 1)
+	good := func() (*tu.Tensor, *tu.Tensor, *tu.Tensor) {
+		return tu.New(core.I64, []int64{4}).Set([]float64{0, 9, ignore, 3}), tu.New(core.F32, []int64{4}),
+			tu.New(core.F32, []int64{4, 10})
+	}
+	cases := []struct {
+		name   string
+		mutate func(tt, loss, g **tu.Tensor, smoothing *float32, scale **tu.Tensor)
+		status core.Status
+	}{
+		{"target past V", func(tt, _, _ **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			(*tt).Set([]float64{0, 10, 1, 2})
+		}, core.ErrInvalidArgument},
+		{"negative target", func(tt, _, _ **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			(*tt).Set([]float64{0, -1, 1, 2})
+		}, core.ErrInvalidArgument},
+		{"float target", func(tt, _, _ **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			*tt = tu.New(core.F32, []int64{4})
+		}, core.ErrUnsupportedDType},
+		{"target per column", func(tt, _, _ **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			*tt = tu.New(core.I64, []int64{10}).Set(make([]float64, 10))
+		}, core.ErrInvalidArgument},
+		{"16-bit loss", func(_, loss, _ **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			*loss = tu.New(core.BF16, []int64{4})
+		}, core.ErrUnsupportedDType},
+		{"dlogits of another shape", func(_, _, g **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			*g = tu.New(core.F32, []int64{4, 9})
+		}, core.ErrInvalidArgument},
+		{"dlogits of another dtype", func(_, _, g **tu.Tensor, _ *float32, _ **tu.Tensor) {
+			*g = tu.New(core.F16, []int64{4, 10})
+		}, core.ErrUnsupportedDType},
+		{"NaN smoothing", func(_, _, _ **tu.Tensor, s *float32, _ **tu.Tensor) {
+			*s = float32(math.NaN())
+		}, core.ErrInvalidArgument},
+		{"smoothing above 1", func(_, _, _ **tu.Tensor, s *float32, _ **tu.Tensor) { *s = 1.5 }, core.ErrInvalidArgument},
+		{"scale of two", func(_, _, _ **tu.Tensor, _ *float32, scale **tu.Tensor) {
+			*scale = tu.New(core.F32, []int64{2})
+		}, core.ErrInvalidArgument},
+	}
+	for _, k := range cases {
+		tt, loss, g := good()
+		var scale *tu.Tensor
+		smoothing := float32(0)
+		k.mutate(&tt, &loss, &g, &smoothing, &scale)
+		before := [][]byte{loss.Bytes(), g.Bytes()}
+		var sp *core.Tensor
+		if scale != nil {
+			sp = scale.Ptr()
+		}
+		err := CrossEntropy(x.Ptr(), tt.Ptr(), ignore, smoothing, sp, loss.Ptr(), g.Ptr(), nil)
+		require.Equal(t, k.status, tu.Status(t, err), k.name)
+		require.Equal(t, before, [][]byte{loss.Bytes(), g.Bytes()}, "%s: something was written", k.name)
+	}
+}
