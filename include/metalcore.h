@@ -184,8 +184,10 @@ mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, vo
  * loses 0 and gets a zero gradient. target and loss (float32) hold one value
  * per row (shaped as logits without its last dimension, or 1-D), contiguous;
  * dlogits (or NULL: the loss alone) is shaped and typed as logits and may be
- * logits itself; scale (or NULL: 1) is one float32 on the call's device,
- * read there, so that a mean's 1 / count never waits for the device. A host
+ * logits itself; scale (or NULL: 1) is float32 on the call's device, one
+ * value for every row or one per row (contiguous), read there, so that a
+ * mean's 1 / count or the loss's own gradient never waits for the device
+ * (a host may take the loss first and the gradient in its backward). A host
  * builds F.cross_entropy's reductions from the rows, and a chunked linear
  * cross-entropy from calls on chunks of logits of its own GEMMs. A target
  * outside [0, V) other than ignore_index: MC_ERR_INVALID_ARGUMENT on the

@@ -211,6 +211,21 @@ template <class D, int C, class F> MC_DEVICE void mc_row_each(MC_IDS, MC_THREAD 
     row.rest(id, f);
 }
 
+// Exponentials: over mc_row_each, exp(x - m) in place (cached pieces keep
+// the exponentials; a piece past the cache is read again from the row), and
+// their sum (softmax, cross-entropy)
+template <class D> struct Exponentials {
+    enum { N = Vec<D>::N };
+    int cols;
+    float m, sum;
+    MC_METHOD void operator()(MC_THREAD float* v, int, int s) {
+        for (int j = 0; j < N; j++) {
+            v[j] = s + j < cols ? expf(v[j] - m) : 0.f;
+            sum += v[j];
+        }
+    }
+};
+
 // MC_IMPL_PARAMS(S, PARAMS): the parameters of an MC_ENTRY_GROUP kernel's
 // NAME_impl: the ids, its shared memory (an S) as sh, then the kernel's
 // PARAMS, a parenthesized list written once.

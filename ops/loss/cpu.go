@@ -24,9 +24,9 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 				t, r, cols, a.ignore)
 		}
 	}
-	scale := float32(1)
+	scales := []float32{1}
 	if sv != nil {
-		scale = *(*float32)(sv.Base)
+		scales = cpu.Float32s(sv.Base, sv.N)
 	}
 	losses, s, v := cpu.Float32s(lv.Base, lv.N), a.smoothing, float32(cols)
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, sc *cpu.Scratch) {
@@ -68,6 +68,7 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 			lse := m + float32(math.Log(float64(sum)))
 			losses[r] = (1-s)*(lse-xt) + s*(lse-mean)
 			if gv != nil {
+				scale := scales[min(r, len(scales)-1)]
 				k.Normalize(e, e, nil, nil, sum*s/v, scale/sum) // scale · (p − s/V)
 				e[t] -= scale * (1 - s)
 				g.Store(0, e)

@@ -29,9 +29,9 @@ var crossEntropy = core.NewDispatch[func(x, target, scale, loss, grad *core.View
 // log-sum-exp. A row whose target is ignore loses 0 and gets a zero
 // gradient. target: int64, one per row (shaped as x without its last
 // dimension, or [rows]); loss: float32, likewise; grad (optional): x's
-// shape and dtype, and may be x itself; scale (optional): one float32,
-// read on the device (1 when absent), so that a mean's 1/count needs no
-// host read. A target outside [0, V) that is not ignore is refused on the
+// shape and dtype, and may be x itself; scale (optional): float32, one for
+// every row or one per row, read on the device (1 when absent), so that a
+// mean's 1/count or the loss's own gradient needs no host read. A target outside [0, V) that is not ignore is refused on the
 // CPU before anything is written; a GPU cannot read it without waiting, so
 // there the row's loss and gradient are NaN.
 func CrossEntropy(x, target *core.Tensor, ignore int64, smoothing float32, scale, loss, grad *core.Tensor, enc unsafe.Pointer) error {
@@ -53,8 +53,9 @@ func CrossEntropy(x, target *core.Tensor, ignore int64, smoothing float32, scale
 		if err := core.WantDType(sv, core.F32); err != nil {
 			return err
 		}
-		if sv.N != 1 {
-			return core.Errorf(core.ErrInvalidArgument, "scale has %d elements; it must have 1", sv.N)
+		if sv.N != 1 && (sv.N != xv.Rows || !sv.Contiguous) {
+			return core.Errorf(core.ErrInvalidArgument, "scale has %d elements; it must have 1, or one per row "+
+				"(%d), contiguous", sv.N, xv.Rows)
 		}
 		return nil
 	})

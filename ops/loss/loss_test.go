@@ -32,7 +32,7 @@ func TestCrossEntropy(t *testing.T) {
 	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
 		rng := tu.RNG(t)
 		for _, smoothing := range []float64{0, 0.1} {
-			for _, withScale := range []bool{false, true} {
+			for _, scaling := range []string{"none", "one", "per row"} {
 				x := c.New(c.Shape, 0)
 				xs := x.Rand(rng, 3)
 				rowShape := c.Shape[:len(c.Shape)-1]
@@ -43,10 +43,21 @@ func TestCrossEntropy(t *testing.T) {
 					g = c.New(c.Shape, 0)
 				}
 				var scale *core.Tensor
-				sc := 1.0
-				if withScale {
-					sc = 0.25
-					scale = c.Backend.New(core.F32, []int64{1}).Set([]float64{sc}).Ptr()
+				scales := make([]float64, c.Rows())
+				for r := range scales {
+					scales[r] = 1
+					switch scaling {
+					case "one":
+						scales[r] = 0.25
+					case "per row":
+						scales[r] = rng.Float64() * 2
+					}
+				}
+				switch scaling {
+				case "one":
+					scale = c.Backend.New(core.F32, []int64{1}).Set(scales[:1]).Ptr()
+				case "per row":
+					scale = c.Backend.New(core.F32, rowShape).Set(scales).Ptr()
 				}
 				require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, float32(smoothing), scale, loss.Ptr(), g.Ptr(), nil), c)
 				var wantLoss, wantGrad []float64
@@ -57,12 +68,12 @@ func TestCrossEntropy(t *testing.T) {
 						wantGrad = append(wantGrad, make([]float64, len(row))...)
 						continue
 					}
-					l, gr := RefCrossEntropy(row, target, smoothing, sc)
+					l, gr := RefCrossEntropy(row, target, smoothing, tu.Round(core.F32, scales[r]))
 					wantLoss, wantGrad = append(wantLoss, l), append(wantGrad, gr...)
 				}
 				what := c.String()
 				tu.Close(t, what+" loss", loss.Values(), wantLoss, 2e-5)
-				tu.CloseScaled(t, what+" dlogits", g.Values(), wantGrad, tu.Tol(c.DT), sc/float64(c.Cols()))
+				tu.CloseScaled(t, what+" "+scaling+" dlogits", g.Values(), wantGrad, tu.Tol(c.DT), 2/float64(c.Cols()))
 				require.True(t, g.PaddingPoisoned(), "%v: wrote outside dlogits' elements", c)
 			}
 		}

@@ -28,18 +28,6 @@ template <class D> struct RowMax {
             if (s + j < cols) m = fmaxf(m, v[j]);
     }
 };
-// exp(x - m) in place (cached pieces keep the exponentials), and their sum
-template <class D> struct Exponentials {
-    enum { N = Vec<D>::N };
-    int cols;
-    float m, sum;
-    MC_METHOD void operator()(MC_THREAD float* v, int, int s) {
-        for (int j = 0; j < N; j++) {
-            v[j] = s + j < cols ? expf(v[j] - m) : 0.f;
-            sum += v[j];
-        }
-    }
-};
 // y = exp(x - m) * inv: from the cached exponentials, recomputed past them
 template <class D, class DO> struct SoftmaxWrite {
     enum { N = Vec<D>::N };

@@ -71,3 +71,40 @@ class Silu(torch.autograd.Function):
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
         return _backward.silu(_kernels, dy, x)
+
+
+def reduce_loss(rows, count, reduction, dtype):
+    """F.cross_entropy's reduction of the per-row float32 losses (count:
+    the rows not ignored, an int64 tensor), in dtype."""
+    if reduction == "mean":
+        return (rows.sum() / count).to(dtype)
+    if reduction == "sum":
+        return rows.sum().to(dtype)
+    return rows.to(dtype)
+
+
+class CrossEntropy(torch.autograd.Function):
+    """The loss alone in the forward (one read of the logits); the backward
+    writes the gradient in one more call, scaled there by the loss's own
+    gradient (over the count of rows not ignored, for a mean), read on the
+    device: no gradient buffer lives from forward to backward."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, smoothing, reduction):
+        count = (target != ignore_index).sum()
+        rows = _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)
+        ctx.save_for_backward(logits, target, count)
+        ctx.args = ignore_index, smoothing, reduction
+        return reduce_loss(rows, count, reduction, logits.dtype)
+
+    @staticmethod
+    def backward(ctx, dloss):
+        logits, target, count = ctx.saved_tensors
+        ignore_index, smoothing, reduction = ctx.args
+        scale = dloss.float()
+        if reduction == "mean":
+            scale = scale / count
+        scale = scale.reshape(-1).contiguous()
+        grad = torch.empty_like(logits)
+        _kernels.cross_entropy(logits, target, ignore_index, smoothing, scale, grad)
+        return grad, None, None, None, None

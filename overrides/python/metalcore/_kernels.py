@@ -18,6 +18,7 @@ _gelu_fwd, _gelu_bwd = lib.mc_gelu_fwd, lib.mc_gelu_bwd
 _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
 _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
+_cross_entropy = lib.mc_cross_entropy
 
 
 _workspace_bytes = {}  # (query, x's form, args) -> bytes: fixed by the shapes and the device
@@ -171,6 +172,19 @@ def fused_add_rms_norm(x, residual, weight, eps):
     a = described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), (x, residual, weight, y, out))
     check(_fused_add_fwd(a[0], a[1], a[2], eps, a[3], a[4], None, encoder(x)))
     return y, out
+
+
+def cross_entropy(logits, target, ignore_index, smoothing, scale, grad=None):
+    """Each row's float32 loss (a 1-D tensor), and where grad is given (a
+    tensor like logits, or logits itself), the gradient of the loss times
+    scale (a one-element float32 tensor on logits' device, or None: 1)
+    written into it."""
+    loss = logits.new_empty(rows(logits), dtype=torch.float32)
+    CALLS["cross_entropy"] += 1
+    a = described(("cross_entropy", form(logits), form(target), form(scale), form(grad)),
+                  (logits, target, scale, loss, grad))
+    check(_cross_entropy(a[0], a[1], ignore_index, smoothing, a[2], a[3], a[4], encoder(logits)))
+    return loss
 
 
 # ---- QR ---------------------------------------------------------------------------------

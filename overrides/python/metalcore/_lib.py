@@ -80,7 +80,8 @@ class Tensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
-DTYPES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.uint8: (1, 8)}
+DTYPES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.uint8: (1, 8),
+          torch.int64: (0, 64)}
 DEVICES = {"cpu": 1, "cuda": 2, "mps": 8}
 MAX_DIMS = 32  # the library's bound on ndim
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -291,6 +292,7 @@ _SIGNATURES = {
     "mc_adamw_step": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P]),
     "mc_adamw_step_scaled": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P]),
     "mc_adamw_step_capturable": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    "mc_cross_entropy": (_I32, [_P, _P, _I64, _F, _P, _P, _P, _P]),
     "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),
     "mc_qr": (_I32, [_P, _I32, _P, _P, _P, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),

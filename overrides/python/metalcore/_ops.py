@@ -71,3 +71,12 @@ def qr(a, mode):
     if compiling():
         return tuple(torch.ops.metalcore.qr(a, mode))
     return _kernels.qr(a, mode)
+
+
+def cross_entropy(logits, target, ignore_index, smoothing, reduction):
+    """logits [N, V], target [N] (contiguous); under torch.compile the
+    caller runs PyTorch's op."""
+    if _grad_enabled() and logits.requires_grad:
+        return _autograd.CrossEntropy.apply(logits, target, ignore_index, smoothing, reduction)
+    rows = _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)
+    return _autograd.reduce_loss(rows, (target != ignore_index).sum(), reduction, logits.dtype)

@@ -1,0 +1,109 @@
+"""metalcore.cross_entropy against F.cross_entropy: every reduction, label
+smoothing, ignored rows (all of them: PyTorch's nan), odd and large
+vocabularies, one row, 16-bit logits, gradients; and the calls that are
+PyTorch's own."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import metalcore
+from conftest import TOL, close
+
+SHAPES = [(1, 1), (1, 7), (5, 33), (3, 1031), (2, 32003), (64, 96)]
+
+
+def _targets(n, v, gen, ignored=True):
+    t = torch.randint(0, v, (n,), generator=gen)
+    if ignored:
+        t[1::4] = -100
+    return t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_matches_pytorch(device, dtype, shape, reduction, smoothing):
+    gen = torch.Generator().manual_seed(sum(shape))
+    n, v = shape
+    x = (torch.randn(n, v, generator=gen) * 3).to(device=device, dtype=dtype)
+    t = _targets(n, v, gen).to(device)
+    ours_x, ref_x = x.clone().requires_grad_(), x.float().clone().requires_grad_()
+    metalcore.reset_call_counts()
+    got = metalcore.cross_entropy(ours_x, t, label_smoothing=smoothing, reduction=reduction)
+    want = F.cross_entropy(ref_x, t, label_smoothing=smoothing, reduction=reduction)
+    assert metalcore.call_counts() == {"cross_entropy": 1} and got.dtype == dtype and got.shape == want.shape
+    if torch.isnan(want).any():  # every row ignored: PyTorch's mean is nan
+        assert torch.isnan(got).all()
+        return
+    close(got.float(), want, dtype, "loss", tol=max(TOL[dtype], 1e-5))
+    dy = (torch.randn(want.shape, generator=gen) if reduction == "none" else torch.tensor(0.7)).to(device)
+    got.backward(dy.to(dtype))
+    want.backward(dy)
+    assert ours_x.grad.dtype == dtype
+    close(ours_x.grad.float(), ref_x.grad, dtype, "dlogits")
+
+
+def test_all_ignored_and_one_dimensional():
+    x = torch.randn(4, 9, requires_grad=True)
+    t = torch.full((4,), -100)
+    for reduction in ("mean", "sum", "none"):
+        got, want = metalcore.cross_entropy(x, t, reduction=reduction), F.cross_entropy(x, t, reduction=reduction)
+        torch.testing.assert_close(got, want, equal_nan=True)
+    metalcore.cross_entropy(x, t, reduction="sum").backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    v, c = torch.randn(11), torch.tensor(3)
+    for reduction in ("mean", "none"):
+        torch.testing.assert_close(metalcore.cross_entropy(v, c, reduction=reduction),
+                                   F.cross_entropy(v, c, reduction=reduction))
+
+
+def test_non_contiguous_logits_and_other_ignore_index():
+    x = torch.randn(12, 6).t()  # [6, 12], strided
+    t = torch.tensor([0, 11, 5, 7, 7, 2])
+    metalcore.reset_call_counts()
+    torch.testing.assert_close(metalcore.cross_entropy(x, t, ignore_index=7), F.cross_entropy(x, t, ignore_index=7))
+    assert metalcore.call_counts() == {"cross_entropy": 1}
+
+
+def test_no_gradient_wanted():
+    x, t = torch.randn(8, 50), torch.randint(0, 50, (8,))
+    with torch.no_grad():
+        got = metalcore.cross_entropy(x.requires_grad_(), t, label_smoothing=0.2)
+    assert not got.requires_grad
+    torch.testing.assert_close(got, F.cross_entropy(x, t, label_smoothing=0.2))
+
+
+@pytest.mark.parametrize("case", ["float64", "3-d logits", "probabilities", "int32 target", "bad reduction"])
+def test_pytorch_computes_the_rest(case):
+    x, t = torch.randn(4, 5), torch.randint(0, 5, (4,))
+    kw = {}
+    if case == "float64":
+        x = x.double()
+    elif case == "3-d logits":
+        x, t = torch.randn(2, 5, 3), torch.randint(0, 5, (2, 3))
+    elif case == "probabilities":
+        t = torch.softmax(torch.randn(4, 5), -1)
+    elif case == "int32 target":
+        t = t.int()
+    metalcore.reset_fallback_counts()
+    metalcore.reset_call_counts()
+    if case == "bad reduction":
+        with pytest.raises(ValueError):
+            F.cross_entropy(x, t, reduction="avg")
+        with pytest.raises(ValueError):
+            metalcore.cross_entropy(x, t, reduction="avg")
+        return
+    try:
+        want = F.cross_entropy(x, t, **kw)
+    except RuntimeError as e:  # this PyTorch refuses it too
+        with pytest.raises(type(e)):
+            metalcore.cross_entropy(x, t, **kw)
+        return
+    torch.testing.assert_close(metalcore.cross_entropy(x, t, **kw), want)
+    assert metalcore.call_counts() == {} and "cross_entropy" in metalcore.fallback_counts()
+
+
+def test_target_out_of_range_raises():
+    with pytest.raises(metalcore.MetalcoreError, match="target 5 of row 1"):
+        metalcore.cross_entropy(torch.randn(3, 5), torch.tensor([0, 5, 1]))
