@@ -6,9 +6,12 @@ functions, forward + backward (bench/losses.md):
 CPU: float32 logits [8192, 32000], both at metalcore's thread count (bar,
 issue 31: >= 1.5x PyTorch). CUDA: [8192, 128256] as Hugging Face computes
 a causal LM's loss, bfloat16 logits upcast to float32 (logits.float()),
-and metalcore on the bfloat16 logits directly (computed in float32). Each
-cell is the median of 5 timed rounds after a warm-up; peak memory is what
-the call adds over its inputs."""
+and metalcore on the bfloat16 logits directly (computed in float32). Then
+linear_cross_entropy against F.cross_entropy(F.linear(h, W).float(), t):
+CPU float32 h [2048, 1024], W [32000, 1024] (bar: >= 1.0x, memory growth
+< 30% of the logits); CUDA bfloat16 h [8192, 2048], W [128256, 2048]. Each
+cell is the median of 5 timed rounds (3 for the CPU's linear) after a
+warm-up; peak memory is what the call adds over its inputs (CUDA)."""
 import statistics
 import time
 
@@ -34,14 +37,15 @@ def timed(fn, device, rounds=5):
 
 
 def peak_mib(fn, device):
+    """What fn adds at its peak, in MiB, as a table cell (CUDA only)."""
     if device != "cuda":
-        return float("nan")
+        return ""
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     fn()
     torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+    return f"{(torch.cuda.max_memory_allocated() - base) / 2 ** 20:.0f}"
 
 
 def step(loss_fn, logits, target, upcast):
@@ -49,6 +53,17 @@ def step(loss_fn, logits, target, upcast):
         x = logits.detach().requires_grad_()
         loss_fn(x.float() if upcast else x, target).backward()
     return run
+
+
+def linear_step(loss_fn, h, w, target):
+    def run():
+        hh, ww = h.detach().requires_grad_(), w.detach().requires_grad_()
+        loss_fn(hh, ww, target).backward()
+    return run
+
+
+def torch_linear_ce(h, w, target):
+    return F.cross_entropy(F.linear(h, w).float(), target)
 
 
 def main():
@@ -73,7 +88,18 @@ def main():
             ours = step(metalcore.cross_entropy, logits, target, ours_upcast)
             t_theirs, t_ours = timed(theirs, device), timed(ours, device)
             print(f"| {name} | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
-                  f"{peak_mib(theirs, device):.0f} | {peak_mib(ours, device):.0f} |")
+                  f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+        n, hidden, v, dtype, rounds = (2048, 1024, 32000, torch.float32, 3) if device == "cpu" else \
+            (8192, 2048, 128256, torch.bfloat16, 5)
+        h = torch.randn(n, hidden, generator=gen).to(device, dtype)
+        w = (torch.randn(v, hidden, generator=gen) / hidden ** 0.5).to(device, dtype)
+        target = torch.randint(0, v, (n,), generator=gen).to(device)
+        theirs = linear_step(torch_linear_ce, h, w, target)
+        ours = linear_step(metalcore.linear_cross_entropy, h, w, target)
+        t_theirs, t_ours = timed(theirs, device, rounds), timed(ours, device, rounds)
+        print(f"| linear_cross_entropy, {str(dtype)[6:]} h [{n}, {hidden}], W [{v}, {hidden}] (logits "
+              f"{4 * n * v / 2 ** 20:.0f} MiB as float32) | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
+              f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
         print()
 
 

@@ -108,3 +108,44 @@ class CrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits)
         _kernels.cross_entropy(logits, target, ignore_index, smoothing, scale, grad)
         return grad, None, None, None, None
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """cross_entropy(F.linear(hidden, weight, bias).float(), target) over
+    chunks of rows: each chunk's logits are made by PyTorch's matmul, turned
+    into their gradient in place by one library call (computing in float32),
+    and folded into the gradients of hidden, weight and bias at once; the
+    full logits never exist. reduction 'mean' or 'sum' (a scalar loss: the backward scales the
+    kept gradients)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, ignore_index, smoothing, reduction, chunk):
+        count = (target != ignore_index).sum()
+        scale = (1 / count.float()).reshape(1) if reduction == "mean" else None
+        want = ctx.needs_input_grad[:3]
+        rows = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+        dh = torch.empty_like(hidden) if want[0] else None
+        dw = torch.zeros_like(weight) if want[1] else None
+        db = torch.zeros_like(bias) if bias is not None and want[2] else None
+        for i in range(0, hidden.shape[0], chunk):
+            h, t = hidden[i:i + chunk], target[i:i + chunk]
+            # the kernel reads 16-bit logits as float32, as .float() would
+            # make them, and writes the gradient in their dtype, as autograd
+            # would cast it back: in place, the chunk's logits become it
+            g = torch.nn.functional.linear(h, weight, bias)
+            rows[i:i + chunk] = _kernels.cross_entropy(g, t, ignore_index, smoothing, scale, g if any(want) else None)
+            if not any(want):
+                continue
+            if dh is not None:
+                torch.matmul(g, weight, out=dh[i:i + chunk])
+            if dw is not None:
+                dw.addmm_(g.t(), h)
+            if db is not None:
+                db.add_(g.sum(0))
+        ctx.save_for_backward(dh, dw, db)
+        return reduce_loss(rows, count, reduction, torch.float32)
+
+    @staticmethod
+    def backward(ctx, dloss):
+        grads = [None if g is None else g * dloss.to(g.dtype) for g in ctx.saved_tensors]
+        return (*grads, None, None, None, None, None)

@@ -107,3 +107,48 @@ def test_pytorch_computes_the_rest(case):
 def test_target_out_of_range_raises():
     with pytest.raises(metalcore.MetalcoreError, match="target 5 of row 1"):
         metalcore.cross_entropy(torch.randn(3, 5), torch.tensor([0, 5, 1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("chunks", ["one", "many"])
+def test_linear_cross_entropy_matches_pytorch(device, dtype, bias, reduction, chunks, monkeypatch):
+    if chunks == "many":  # chunks of a few rows, the last one short
+        monkeypatch.setattr(metalcore.losses, "_CHUNK_FLOOR", 0)
+        monkeypatch.setattr(metalcore.losses, "_CHUNK_SHARE", 0.05)
+    gen = torch.Generator().manual_seed(7)
+    h = torch.randn(74, 48, generator=gen).to(device=device, dtype=dtype)
+    w = (torch.randn(1003, 48, generator=gen) / 7).to(device=device, dtype=dtype)
+    b = torch.randn(1003, generator=gen).to(device=device, dtype=dtype) if bias else None
+    t = _targets(74, 1003, gen).to(device)
+    ours = [x.clone().requires_grad_() if x is not None else None for x in (h, w, b)]
+    ref = [x.clone().requires_grad_() if x is not None else None for x in (h, w, b)]
+    metalcore.reset_call_counts()
+    got = metalcore.linear_cross_entropy(ours[0], ours[1], t, ours[2], label_smoothing=0.1, reduction=reduction)
+    want = F.cross_entropy(F.linear(*ref[:2], ref[2]).float(), t, label_smoothing=0.1, reduction=reduction)
+    calls = metalcore.call_counts()["cross_entropy"]
+    assert got.dtype == torch.float32 and (calls == 1) == (chunks == "one") and calls >= 1
+    close(got, want, torch.float32, "loss", tol=1e-5 if dtype == torch.float32 else 2e-3)
+    got.backward(torch.tensor(1.3, device=device))
+    want.backward(torch.tensor(1.3, device=device))
+    for name, o, r in zip(("dhidden", "dweight", "dbias"), ours, ref):
+        if o is not None:
+            close(o.grad.float(), r.grad.float(), dtype, name, tol=None if dtype == torch.float32 else 3e-2)
+
+
+def test_linear_cross_entropy_without_gradients_and_fallbacks():
+    gen = torch.Generator().manual_seed(3)
+    h, w, t = torch.randn(9, 16, generator=gen), torch.randn(50, 16, generator=gen), torch.randint(0, 50, (9,))
+    want = F.cross_entropy(F.linear(h, w).float(), t, reduction="none")
+    torch.testing.assert_close(metalcore.linear_cross_entropy(h, w, t, reduction="none"), want)
+    hb, wb = h.bfloat16(), w.bfloat16()  # float32 losses of the bfloat16 logits
+    got = metalcore.linear_cross_entropy(hb, wb, t, reduction="none")
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, F.cross_entropy(F.linear(hb, wb).float(), t, reduction="none"))
+    metalcore.reset_fallback_counts()
+    hg = h.clone().requires_grad_()  # 'none' with a gradient: PyTorch's, counted
+    torch.testing.assert_close(metalcore.linear_cross_entropy(hg, w, t, reduction="none"), want)
+    assert "linear_cross_entropy" in metalcore.fallback_counts()
+    torch.testing.assert_close(metalcore.linear_cross_entropy(h.double(), w.double(), t),
+                               F.cross_entropy(F.linear(h.double(), w.double()).float(), t))
