@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"unsafe"
 
 	"metalcore/internal/core"
@@ -102,4 +103,15 @@ func Vector(v *core.View, s *Scratch, i int) []float32 {
 		return nil
 	}
 	return RowSpan(v, 0).Load(0, s.Buf(i, v.Cols))
+}
+
+// Finite reports whether v is neither infinite nor NaN (a row whose maximum
+// is not is NaN throughout, as in float64: inf - inf and NaN - NaN are NaN).
+func Finite(v float32) bool { return !math.IsInf(float64(v), 0) && v == v }
+
+// Fill sets every element of v to f.
+func Fill(v []float32, f float32) {
+	for i := range v {
+		v[i] = f
+	}
 }

@@ -54,12 +54,10 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 				mean = sum / v
 			}
 			m := k.Max(xs)
-			if !finite(m) { // NaN, +inf or a row of -inf: NaN, as in float64
+			if !cpu.Finite(m) { // NaN, +inf or a row of -inf: NaN, as in float64
 				losses[r] = float32(math.NaN())
 				if gv != nil {
-					for i := range e {
-						e[i] = float32(math.NaN())
-					}
+					cpu.Fill(e, float32(math.NaN()))
 					g.Store(0, e)
 				}
 				continue
@@ -77,5 +75,3 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 	})
 	return nil
 }
-
-func finite(m float32) bool { return !math.IsInf(float64(m), 0) && m == m }

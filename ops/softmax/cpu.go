@@ -28,25 +28,15 @@ func fwdCPU(xv, yv *core.View, _ unsafe.Pointer) error {
 			xs := cpu.RowSpan(xv, r).Load(0, s.Buf(bufX, cols))
 			y := cpu.RowSpan(yv, r)
 			e := y.Out(0, xs) // 16-bit: over x's float32 row, one buffer fewer in L1
-			if m := k.Max(xs); finite(m) {
+			if m := k.Max(xs); cpu.Finite(m) {
 				k.Normalize(e, e, nil, nil, 0, 1/k.ExpSum(e, xs, m))
 			} else {
-				fill(e, float32(math.NaN()))
+				cpu.Fill(e, float32(math.NaN()))
 			}
 			y.Store(0, e)
 		}
 	})
 	return nil
-}
-
-// A row whose maximum is not finite (it holds a NaN or +inf, or is all
-// -inf) is NaN throughout, as in float64 (inf - inf and NaN - NaN are NaN).
-func finite(m float32) bool { return !math.IsInf(float64(m), 0) && m == m }
-
-func fill(v []float32, f float32) {
-	for i := range v {
-		v[i] = f
-	}
 }
 
 func bwdCPU(dyv, yv, dxv *core.View, _ unsafe.Pointer) error {
