@@ -174,6 +174,15 @@ mc_status mc_gelu_bwd(const mc_tensor* dy, const mc_tensor* x, int32_t approxima
 mc_status mc_silu_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
 mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, void* encoder);
 
+/* Gated activations (since 0.6), the MLP of Llama-style models: y = act(gate) * up elementwise,
+ * act SiLU (SwiGLU) or GELU (GeGLU, erf or tanh form); gate, up and every output of one shape
+ * and dtype, contiguous. y may be gate or up; dgate may be gate, dup may be up. */
+enum { MC_GLU_SWIGLU = 0, MC_GLU_GEGLU = 1, MC_GLU_GEGLU_TANH = 2 };
+mc_status mc_glu_fwd(const mc_tensor* gate, const mc_tensor* up, int32_t kind, mc_tensor* y, void* encoder);
+/* dgate = dy * up * act'(gate), dup = dy * act(gate). */
+mc_status mc_glu_bwd(const mc_tensor* dy, const mc_tensor* gate, const mc_tensor* up, int32_t kind,
+                     mc_tensor* dgate, mc_tensor* dup, void* encoder);
+
 /* ---- cross-entropy over the last dimension (since 0.6) -------------------
  * For each row r of logits (rows = every index but the last, V = the last
  * dimension) with class target t = target[r] (int64):

@@ -155,3 +155,86 @@ MC_INSTANTIATE(gelu_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))
 MC_INSTANTIATE(gelu_tanh_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))
 MC_INSTANTIATE(silu_fwd, MC_ACTIVATION_FWD_PARAMS, (x, y, n))
 MC_INSTANTIATE(silu_bwd, MC_ACTIVATION_BWD_PARAMS, (dy, x, dx, n))
+
+// The gated activations of an MLP: y = act(g) u, and the gradients
+// dg = act'(g) dy u, du = act(g) dy, each over n contiguous elements.
+struct SwiGlu {
+    MC_METHOD float operator()(float g, float u) const { return silu_f(g) * u; }
+};
+template <int T> struct GeGlu {
+    MC_METHOD float operator()(float g, float u) const { return gelu_f(g, T) * u; }
+};
+struct SiluAct {
+    MC_METHOD float f(float x) const { return silu_f(x); }
+    MC_METHOD float grad(float d, float x) const { return silu_grad(d, x); }
+};
+template <int T> struct GeluAct {
+    MC_METHOD float f(float x) const { return gelu_f(x, T); }
+    MC_METHOD float grad(float d, float x) const { return gelu_grad(d, x, T); }
+};
+
+// (dg, du) from (dy, g, u); dg may be g and du may be u: each piece is read
+// before it is written
+template <class D, class A>
+MC_DEVICE void gated_grad(MC_IDS, MC_GLOBAL const void* dy_, MC_GLOBAL const void* g_, MC_GLOBAL const void* u_,
+                          MC_GLOBAL void* dg_, MC_GLOBAL void* du_, mc_i64 n, A act) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    MC_GLOBAL const T* dy = (MC_GLOBAL const T*)dy_;
+    MC_GLOBAL const T* g = (MC_GLOBAL const T*)g_;
+    MC_GLOBAL const T* u = (MC_GLOBAL const T*)u_;
+    MC_GLOBAL T* dg = (MC_GLOBAL T*)dg_;
+    MC_GLOBAL T* du = (MC_GLOBAL T*)du_;
+    mc_i64 stride = MC_NBLOCKS * MC_NTHREADS, first = MC_BLOCK * MC_NTHREADS + MC_TID;
+    bool vec = ((mc_u64)dy % 16 | (mc_u64)g % 16 | (mc_u64)u % 16 | (mc_u64)dg % 16 | (mc_u64)du % 16) == 0;
+    mc_i64 done = 0;
+    if (vec) {
+        mc_i64 pieces = n / N;
+        for (mc_i64 p = first; p < pieces; p += stride) {
+            float d[N], gv[N], uv[N], og[N], ou[N];
+            Vec<D>::load(dy + p * N, d);
+            Vec<D>::load(g + p * N, gv);
+            Vec<D>::load(u + p * N, uv);
+            for (int j = 0; j < N; j++) {
+                og[j] = act.grad(d[j] * uv[j], gv[j]);
+                ou[j] = act.f(gv[j]) * d[j];
+            }
+            Vec<D>::store(dg + p * N, og);
+            Vec<D>::store(du + p * N, ou);
+        }
+        done = pieces * N;
+    }
+    for (mc_i64 i = done + first; i < n; i += stride) {
+        float d = D::load(dy + i), gi = D::load(g + i), ui = D::load(u + i);
+        D::store(dg + i, act.grad(d * ui, gi));
+        D::store(du + i, act.f(gi) * d);
+    }
+}
+
+#define MC_GLU_FWD(NAME, F)                                                                                      \
+    template <class D>                                                                                           \
+    MC_DEVICE void NAME(MC_IDS, MC_GLOBAL const void* g, MC_GLOBAL const void* u, MC_GLOBAL void* y, mc_i64 n) { \
+        elementwise<D>(id, g, u, y, n, F());                                                                     \
+    }
+#define MC_GLU_BWD(NAME, A)                                                                                 \
+    template <class D>                                                                                      \
+    MC_DEVICE void NAME(MC_IDS, MC_GLOBAL const void* dy, MC_GLOBAL const void* g, MC_GLOBAL const void* u, \
+                        MC_GLOBAL void* dg, MC_GLOBAL void* du, mc_i64 n) {                                 \
+        gated_grad<D>(id, dy, g, u, dg, du, n, A());                                                        \
+    }
+MC_GLU_FWD(swiglu_fwd, SwiGlu)
+MC_GLU_FWD(geglu_fwd, GeGlu<0>)
+MC_GLU_FWD(geglu_tanh_fwd, GeGlu<1>)
+MC_GLU_BWD(swiglu_bwd, SiluAct)
+MC_GLU_BWD(geglu_bwd, GeluAct<0>)
+MC_GLU_BWD(geglu_tanh_bwd, GeluAct<1>)
+#define MC_GLU_FWD_PARAMS (MC_GLOBAL const void* g, MC_GLOBAL const void* u, MC_GLOBAL void* y, mc_i64 n)
+#define MC_GLU_BWD_PARAMS                                                                            \
+    (MC_GLOBAL const void* dy, MC_GLOBAL const void* g, MC_GLOBAL const void* u, MC_GLOBAL void* dg, \
+     MC_GLOBAL void* du, mc_i64 n)
+MC_INSTANTIATE(swiglu_fwd, MC_GLU_FWD_PARAMS, (g, u, y, n))
+MC_INSTANTIATE(geglu_fwd, MC_GLU_FWD_PARAMS, (g, u, y, n))
+MC_INSTANTIATE(geglu_tanh_fwd, MC_GLU_FWD_PARAMS, (g, u, y, n))
+MC_INSTANTIATE(swiglu_bwd, MC_GLU_BWD_PARAMS, (dy, g, u, dg, du, n))
+MC_INSTANTIATE(geglu_bwd, MC_GLU_BWD_PARAMS, (dy, g, u, dg, du, n))
+MC_INSTANTIATE(geglu_tanh_bwd, MC_GLU_BWD_PARAMS, (dy, g, u, dg, du, n))

@@ -21,6 +21,12 @@ func init() {
 	bwd.Register(core.DeviceCUDA, func(dy, x, dx *core.View, kernel string, _ func(*simd.Table) func(dst, dy, x []float32), enc unsafe.Pointer) error {
 		return elementwiseCUDA(kernel, enc, []*core.View{dy, x, dx})
 	})
+	gluFwd.Register(core.DeviceCUDA, func(g, u, y *core.View, p *gluPass, enc unsafe.Pointer) error {
+		return elementwiseCUDA(p.fwdKernel, enc, []*core.View{g, u, y})
+	})
+	gluBwd.Register(core.DeviceCUDA, func(dy, g, u, dg, du *core.View, p *gluPass, enc unsafe.Pointer) error {
+		return elementwiseCUDA(p.bwdKernel, enc, []*core.View{dy, g, u, dg, du})
+	})
 }
 
 // elementwiseCUDA launches an elementwise kernel over contiguous views (the
@@ -30,7 +36,7 @@ func elementwiseCUDA(name string, enc unsafe.Pointer, vs []*core.View) error {
 		return err
 	}
 	out := vs[len(vs)-1]
-	var slots [4]uint64 // the tensors and the count: no allocation
+	var slots [6]uint64 // the tensors and the count: no allocation
 	args := slots[:0]
 	for _, v := range vs {
 		args = append(args, cuda.Ptr(v.Base))

@@ -17,6 +17,12 @@ func init() {
 	bwd.Register(core.DeviceMetal, func(dy, x, dx *core.View, kernel string, _ func(*simd.Table) func(dst, dy, x []float32), enc unsafe.Pointer) error {
 		return elementwiseMetal(kernel, enc, dy, x, dx)
 	})
+	gluFwd.Register(core.DeviceMetal, func(g, u, y *core.View, p *gluPass, enc unsafe.Pointer) error {
+		return elementwiseMetal(p.fwdKernel, enc, g, u, y)
+	})
+	gluBwd.Register(core.DeviceMetal, func(dy, g, u, dg, du *core.View, p *gluPass, enc unsafe.Pointer) error {
+		return elementwiseMetal(p.bwdKernel, enc, dy, g, u, dg, du)
+	})
 }
 
 // elementwiseMetal encodes an elementwise kernel over contiguous views (the
@@ -31,7 +37,7 @@ func elementwiseMetal(name string, enc unsafe.Pointer, vs ...*core.View) error {
 		return err
 	}
 	out := vs[len(vs)-1]
-	args := make([]metal.Arg, 0, 4)
+	args := make([]metal.Arg, 0, 6)
 	for _, v := range vs {
 		args = append(args, metal.Buf(v))
 	}

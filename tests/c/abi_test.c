@@ -35,7 +35,7 @@ static int failures;
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy)
+    X(mc_cross_entropy) X(mc_glu_fwd) X(mc_glu_bwd)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -258,6 +258,21 @@ static void check_softmax_activations(mc_dtype dt, int64_t rows, int64_t cols) {
         want[i] = get(&dy, i) * s * (1 + get(&x, i) * (1 - s));
     }
     expect_close("silu dx", &dx, want, dt, 1);
+    /* SwiGLU: y = silu(x) * dy, and its gradients for dout = dx's values */
+    tensor dg = make(dt, 2, rows, cols), du = make(dt, 2, rows, cols);
+    CHECK(p_mc_glu_fwd(&x.t, &dy.t, MC_GLU_SWIGLU, &y.t, NULL) == MC_OK, "glu_fwd: %s", p_mc_last_error());
+    for (int64_t i = 0; i < x.n; i++) want[i] = silu_ref(get(&x, i)) * get(&dy, i);
+    expect_close("swiglu y", &y, want, dt, 1);
+    CHECK(p_mc_glu_bwd(&dx.t, &x.t, &dy.t, MC_GLU_SWIGLU, &dg.t, &du.t, NULL) == MC_OK, "glu_bwd: %s",
+          p_mc_last_error());
+    for (int64_t i = 0; i < x.n; i++) {
+        double s = 1 / (1 + exp(-get(&x, i)));
+        want[i] = get(&dx, i) * get(&dy, i) * s * (1 + get(&x, i) * (1 - s));
+    }
+    expect_close("swiglu dgate", &dg, want, dt, 1);
+    for (int64_t i = 0; i < x.n; i++) want[i] = get(&dx, i) * silu_ref(get(&x, i));
+    expect_close("swiglu dup", &du, want, dt, 1);
+    free(dg.mem), free(du.mem);
     free(want), free(x.mem), free(y.mem), free(dy.mem), free(dx.mem);
 }
 

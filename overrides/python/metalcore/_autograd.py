@@ -73,6 +73,19 @@ class Silu(torch.autograd.Function):
         return _backward.silu(_kernels, dy, x)
 
 
+class Glu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up, kind):
+        ctx.save_for_backward(gate, up)
+        ctx.kind = kind
+        return _kernels.glu(gate, up, kind)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up = ctx.saved_tensors
+        return _backward.glu(_kernels, dy, gate, up, ctx.kind) + (None,)
+
+
 def reduce_loss(rows, count, reduction, dtype):
     """F.cross_entropy's reduction of the per-row float32 losses (count:
     the rows not ignored, an int64 tensor), in dtype."""

@@ -68,3 +68,18 @@ def silu(kernels, dy, x):
     if torch.is_grad_enabled():
         return vjp(torch_silu, (x,), dy, (True,))[0]
     return kernels.silu_backward(dy, x)
+
+
+# What each gated kind's activation is in PyTorch's ops
+GLU_ACTS = {0: torch_silu, 1: torch_gelu, 2: lambda x: torch_gelu(x, approximate="tanh")}
+
+
+def torch_glu(gate, up, kind):
+    return GLU_ACTS[kind](gate) * up
+
+
+def glu(kernels, dy, gate, up, kind):
+    """(dgate, dup)."""
+    if torch.is_grad_enabled():
+        return vjp(lambda g, u: torch_glu(g, u, kind), (gate, up), dy, (True, True))
+    return kernels.glu_backward(dy, gate, up, kind)

@@ -19,6 +19,7 @@ _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
 _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cross_entropy = lib.mc_cross_entropy
+_glu_fwd, _glu_bwd = lib.mc_glu_fwd, lib.mc_glu_bwd
 
 
 _workspace_bytes = {}  # (query, x's form, args) -> bytes: fixed by the shapes and the device
@@ -163,6 +164,28 @@ def silu(x):
 
 def silu_backward(dy, x):
     return _unary_grad("silu_bwd", _silu_bwd, dy, x)
+
+
+GLU_KINDS = {"swiglu": 0, "geglu": 1, "geglu_tanh": 2}
+
+
+def glu(gate, up, kind):
+    """act(gate) * up (kind: GLU_KINDS' code)."""
+    y = torch.empty_like(gate)
+    CALLS["glu_fwd"] += 1
+    a = described(("glu_fwd", form(gate), form(up)), (gate, up, y))
+    check(_glu_fwd(a[0], a[1], kind, a[2], encoder(gate)))
+    return y
+
+
+def glu_backward(dy, gate, up, kind):
+    """(dgate, dup)."""
+    dy = dy.contiguous()
+    dg, du = torch.empty_like(gate), torch.empty_like(up)
+    CALLS["glu_bwd"] += 1
+    a = described(("glu_bwd", form(dy), form(gate), form(up)), (dy, gate, up, dg, du))
+    check(_glu_bwd(a[0], a[1], a[2], kind, a[3], a[4], encoder(gate)))
+    return dg, du
 
 
 def fused_add_rms_norm(x, residual, weight, eps):

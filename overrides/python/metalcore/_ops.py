@@ -80,3 +80,11 @@ def cross_entropy(logits, target, ignore_index, smoothing, reduction):
         return _autograd.CrossEntropy.apply(logits, target, ignore_index, smoothing, reduction)
     rows = _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)
     return _autograd.reduce_loss(rows, (target != ignore_index).sum(), reduction, logits.dtype)
+
+
+def glu(gate, up, kind):
+    """act(gate) * up for contiguous tensors of one shape; under
+    torch.compile the caller runs PyTorch's ops."""
+    if _grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return _autograd.Glu.apply(gate, up, kind)
+    return _kernels.glu(gate, up, kind)

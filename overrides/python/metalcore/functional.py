@@ -187,4 +187,34 @@ def silu(x):
     return _backward.torch_silu(x)
 
 
-__all__ = ["fused_add_rms_norm", "gelu", "layer_norm", "rms_norm", "silu", "softmax"]
+def _glu(name, gate, up, kind):
+    """act(gate) * up by the library where it takes the tensors (copied
+    contiguous where they are not), else PyTorch's ops (counted): under
+    torch.compile or a trace, other dtypes, shapes that broadcast."""
+    why = "compiling" if _lib.compiling() else _lib.unsupported_one(
+        gate.contiguous() if isinstance(gate, torch.Tensor) else gate)
+    if why is None:
+        if type(up) not in (torch.Tensor, torch.nn.Parameter):
+            why = "up not a tensor"
+        elif up.shape != gate.shape or up.dtype != gate.dtype or up.device != gate.device:
+            why = "up not of gate's shape, dtype and device"
+    if why is not None:
+        if why not in _lib.PYTORCH_RUNS:
+            _lib.fell_back(name, why)
+        return _backward.torch_glu(gate, up, kind)
+    return _ops.glu(gate.contiguous(), up.contiguous(), kind)
+
+
+def swiglu(gate, up):
+    """F.silu(gate) * up in one pass (and its backward in one), differentiable."""
+    return _glu("swiglu", gate, up, 0)
+
+
+def geglu(gate, up, approximate="none"):
+    """F.gelu(gate, approximate=approximate) * up in one pass, differentiable."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"metalcore.geglu: approximate={approximate!r} (F.gelu takes 'none' and 'tanh')")
+    return _glu("geglu", gate, up, 2 if approximate == "tanh" else 1)
+
+
+__all__ = ["fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "silu", "softmax", "swiglu"]

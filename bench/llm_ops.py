@@ -1,8 +1,9 @@
-"""metalcore.cross_entropy against F.cross_entropy through the public
-functions, forward + backward (bench/losses.md):
+"""The LLM training ops through metalcore's public functions against
+PyTorch's, forward + backward (bench/llm_ops.md):
 
-    python3 bench/losses.py [cpu|cuda ...] > bench/losses.md
+    python3 bench/llm_ops.py [cpu|cuda ...] > bench/llm_ops.md
 
+metalcore.cross_entropy against F.cross_entropy:
 CPU: float32 logits [8192, 32000], both at metalcore's thread count (bar,
 issue 31: >= 1.5x PyTorch). CUDA: [8192, 128256] as Hugging Face computes
 a causal LM's loss, bfloat16 logits upcast to float32 (logits.float()),
@@ -10,8 +11,10 @@ and metalcore on the bfloat16 logits directly (computed in float32). Then
 linear_cross_entropy against F.cross_entropy(F.linear(h, W).float(), t):
 CPU float32 h [2048, 1024], W [32000, 1024] (bar: >= 1.0x, memory growth
 < 30% of the logits); CUDA bfloat16 h [8192, 2048], W [128256, 2048]. Each
-cell is the median of 5 timed rounds (3 for the CPU's linear) after a
-warm-up; peak memory is what the call adds over its inputs (CUDA)."""
+swiglu against F.silu(gate) * up at [8192, 5632] (float32 on the CPU,
+bfloat16 on CUDA; bar on the H100: >= 1.2x). Each cell is the median of 5
+timed rounds (3 for the CPU's linear) after a warm-up; peak memory is what
+the call adds over its inputs (CUDA)."""
 import statistics
 import time
 
@@ -66,22 +69,29 @@ def torch_linear_ce(h, w, target):
     return F.cross_entropy(F.linear(h, w).float(), target)
 
 
+def glu_step(fn, g, u, dy):
+    def run():
+        gg, uu = g.detach().requires_grad_(), u.detach().requires_grad_()
+        fn(gg, uu).backward(dy)
+    return run
+
+
 def main():
-    print("# Cross-entropy through the public functions, forward + backward\n")
-    print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/losses.py`. "
+    print("# The LLM ops through the public functions, forward + backward\n")
+    print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/llm_ops.py`. "
           "Milliseconds, median of 5 rounds; speed is PyTorch's time over metalcore's; memory: peak MiB "
           "the step adds over its inputs (CUDA).\n")
     for device in harness.devices():
         print(f"## {device} ({harness.on(device)})\n")
-        print("| logits | PyTorch ms | metalcore ms | speed | PyTorch MiB | metalcore MiB |")
+        print("| op | PyTorch ms | metalcore ms | speed | PyTorch MiB | metalcore MiB |")
         print("|---|---:|---:|---:|---:|---:|")
         gen = torch.Generator().manual_seed(0)
         if device == "cpu":
-            cases = [("float32 [8192, 32000]", torch.randn(8192, 32000, generator=gen), False, False)]
+            cases = [("cross_entropy, float32 [8192, 32000]", torch.randn(8192, 32000, generator=gen), False, False)]
         else:
             x = torch.randn(8192, 128256, generator=gen).to("cuda", torch.bfloat16)
-            cases = [("bfloat16 [8192, 128256], .float() first", x, True, True),
-                     ("bfloat16 [8192, 128256], metalcore on bfloat16", x, True, False)]
+            cases = [("cross_entropy, bfloat16 [8192, 128256], .float() first", x, True, True),
+                     ("cross_entropy, bfloat16 [8192, 128256], metalcore on bfloat16", x, True, False)]
         for name, logits, theirs_upcast, ours_upcast in cases:
             target = torch.randint(0, logits.shape[1], (logits.shape[0],), generator=gen).to(logits.device)
             theirs = step(F.cross_entropy, logits, target, theirs_upcast)
@@ -99,6 +109,13 @@ def main():
         t_theirs, t_ours = timed(theirs, device, rounds), timed(ours, device, rounds)
         print(f"| linear_cross_entropy, {str(dtype)[6:]} h [{n}, {hidden}], W [{v}, {hidden}] (logits "
               f"{4 * n * v / 2 ** 20:.0f} MiB as float32) | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
+              f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        g, u, dy = (torch.randn(8192, 5632, generator=gen).to(device, dtype) for _ in range(3))
+        theirs = glu_step(lambda a, b: F.silu(a) * b, g, u, dy)
+        ours = glu_step(metalcore.swiglu, g, u, dy)
+        t_theirs, t_ours = timed(theirs, device), timed(ours, device)
+        print(f"| swiglu, {str(dtype)[6:]} [8192, 5632] | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
               f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
         print()
 
