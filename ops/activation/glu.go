@@ -96,9 +96,9 @@ func init() {
 
 // Scratch slots of the gated passes past elementwise's three.
 const (
-	bufAct = iota + bufOut + 1 // act(gate)
-	bufDyUp                    // dy * up
-	bufDup                     // dup's chunk
+	bufAct  = iota + bufOut + 1 // act(gate)
+	bufDyUp                     // dy * up
+	bufDup                      // dup's chunk
 )
 
 // gluFwdCPU: act(gate) into scratch, then times up, so that y may be up.
