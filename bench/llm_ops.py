@@ -12,7 +12,10 @@ linear_cross_entropy against F.cross_entropy(F.linear(h, W).float(), t):
 CPU float32 h [2048, 1024], W [32000, 1024] (bar: >= 1.0x, memory growth
 < 30% of the logits); CUDA bfloat16 h [8192, 2048], W [128256, 2048]. Each
 swiglu against F.silu(gate) * up at [8192, 5632] (float32 on the CPU,
-bfloat16 on CUDA; bar on the H100: >= 1.2x). Each cell is the median of 5
+bfloat16 on CUDA; bar on the H100: >= 1.2x). rope against Hugging Face's
+apply_rotary_pos_emb on q and k [B, H, T, 128] made by transpose(1, 2) as
+attention layers make them: CPU float32 [2, 8, 512], CUDA bfloat16
+[4, 16, 2048] (bar on the H100: >= 1.2x). Each cell is the median of 5
 timed rounds (3 for the CPU's linear) after a warm-up; peak memory is what
 the call adds over its inputs (CUDA)."""
 import statistics
@@ -69,6 +72,21 @@ def torch_linear_ce(h, w, target):
     return F.cross_entropy(F.linear(h, w).float(), target)
 
 
+def hf_rope(q, k, cos, sin):
+    def half(x):
+        x1, x2 = x.chunk(2, -1)
+        return torch.cat((-x2, x1), -1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + half(q) * sin, k * cos + half(k) * sin
+
+
+def rope_step(fn, q, k, cos, sin, dq, dk):
+    def run():
+        qq, kk = q.detach().requires_grad_(), k.detach().requires_grad_()
+        torch.autograd.backward(fn(qq, kk, cos, sin), (dq, dk))
+    return run
+
+
 def glu_step(fn, g, u, dy):
     def run():
         gg, uu = g.detach().requires_grad_(), u.detach().requires_grad_()
@@ -117,6 +135,16 @@ def main():
         t_theirs, t_ours = timed(theirs, device), timed(ours, device)
         print(f"| swiglu, {str(dtype)[6:]} [8192, 5632] | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
               f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+        b, h, t = (2, 8, 512) if device == "cpu" else (4, 16, 2048)
+        q, k = (torch.randn(b, t, h, 128, generator=gen).to(device, dtype).transpose(1, 2) for _ in range(2))
+        emb = torch.randn(b, t, 128, generator=gen).to(device, dtype)
+        cos, sin = emb.cos(), emb.sin()
+        dq, dk = (torch.randn(b, h, t, 128, generator=gen).to(device, dtype) for _ in range(2))
+        theirs = rope_step(hf_rope, q, k, cos, sin, dq, dk)
+        ours = rope_step(metalcore.rope, q, k, cos, sin, dq, dk)
+        t_theirs, t_ours = timed(theirs, device), timed(ours, device)
+        print(f"| rope, {str(dtype)[6:]} q and k [{b}, {h}, {t}, 128], transposed | {t_theirs:.2f} | {t_ours:.2f} | "
+              f"{t_theirs / t_ours:.2f} | {peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
         print()
 
 

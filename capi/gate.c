@@ -78,6 +78,8 @@ MC_GATED(gelu_bwd, (cten* dy, cten* x, int32_t approximate, mc_tensor* dx, void*
          (dy, x, approximate, dx, encoder))
 MC_GATED(silu_fwd, (cten* x, mc_tensor* y, void* encoder), (x, y, encoder))
 MC_GATED(silu_bwd, (cten* dy, cten* x, mc_tensor* dx, void* encoder), (dy, x, dx, encoder))
+MC_GATED(rope, (cten* x, cten* cos, cten* sin, int32_t backward, mc_tensor* y, void* encoder),
+         (x, cos, sin, backward, y, encoder))
 MC_GATED(glu_fwd, (cten* gate, cten* up, int32_t kind, mc_tensor* y, void* encoder), (gate, up, kind, y, encoder))
 MC_GATED(glu_bwd, (cten* dy, cten* gate, cten* up, int32_t kind, mc_tensor* dgate, mc_tensor* dup, void* encoder),
          (dy, gate, up, kind, dgate, dup, encoder))

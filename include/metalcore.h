@@ -174,6 +174,15 @@ mc_status mc_gelu_bwd(const mc_tensor* dy, const mc_tensor* x, int32_t approxima
 mc_status mc_silu_fwd(const mc_tensor* x, mc_tensor* y, void* encoder);
 mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, void* encoder);
 
+/* Rotary position embedding (since 0.6), Hugging Face's rotate_half form over the last
+ * dimension: y = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] of x's halves; with
+ * backward nonzero, the gradient of that for a gradient x: [x1 c1 + x2 s2, x2 c2 - x1 s1].
+ * x [B, H, T, D], D even, any strides with a unit last one (a transposed [B, T, H, D] as models
+ * make q and k); cos, sin [B or 1, T, D] of x's dtype (broadcast over the heads); y: x's shape
+ * and dtype, contiguous, not x. q and k are two calls. */
+mc_status mc_rope(const mc_tensor* x, const mc_tensor* cos, const mc_tensor* sin, int32_t backward, mc_tensor* y,
+                  void* encoder);
+
 /* Gated activations (since 0.6), the MLP of Llama-style models: y = act(gate) * up elementwise,
  * act SiLU (SwiGLU) or GELU (GeGLU, erf or tanh form); gate, up and every output of one shape
  * and dtype, contiguous. y may be gate or up; dgate may be gate, dup may be up. */

@@ -20,6 +20,7 @@ import (
 	_ "metalcore/ops/adamw"
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/qr"
+	_ "metalcore/ops/rope"
 )
 
 // clangCUDA runs clang's CUDA front end (as make test-cuda-syntax does) on

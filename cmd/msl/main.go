@@ -15,6 +15,7 @@ import (
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/norm"
 	_ "metalcore/ops/qr"
+	_ "metalcore/ops/rope"
 	_ "metalcore/ops/softmax"
 )
 

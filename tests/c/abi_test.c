@@ -35,7 +35,7 @@ static int failures;
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_glu_fwd) X(mc_glu_bwd)
+    X(mc_cross_entropy) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -273,6 +273,20 @@ static void check_softmax_activations(mc_dtype dt, int64_t rows, int64_t cols) {
     for (int64_t i = 0; i < x.n; i++) want[i] = get(&dx, i) * silu_ref(get(&x, i));
     expect_close("swiglu dup", &du, want, dt, 1);
     free(dg.mem), free(du.mem);
+    if (cols % 2 == 0) { /* RoPE over x as [1, 1, rows, cols], cos = dy, sin = dx as [1, rows, cols] */
+        int64_t xs[4] = {1, 1, rows, cols}, cs[3] = {1, rows, cols};
+        mc_tensor x4 = x.t, c3 = dy.t, s3 = dx.t, y4 = y.t;
+        x4.ndim = y4.ndim = 4, x4.shape = y4.shape = xs;
+        c3.ndim = s3.ndim = 3, c3.shape = s3.shape = cs;
+        CHECK(p_mc_rope(&x4, &c3, &s3, 0, &y4, NULL) == MC_OK, "rope: %s", p_mc_last_error());
+        int64_t h = cols / 2;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < cols; j++) {
+                int64_t i = r * cols + j, o = j < h ? i + h : i - h;
+                want[i] = get(&x, i) * get(&dy, i) + (j < h ? -get(&x, o) : get(&x, o)) * get(&dx, i);
+            }
+        expect_close("rope y", &y, want, dt, 1);
+    }
     free(want), free(x.mem), free(y.mem), free(dy.mem), free(dx.mem);
 }
 

@@ -10,7 +10,7 @@ from . import _lib, _ops, functional, linalg, losses, nn, optim
 from .patching import patch_model, unpatch_model
 from ._lib import MetalcoreError, MetalcoreMemoryError, available, lib
 from ._warn import warn as _warn
-from .functional import fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, silu, softmax, swiglu
+from .functional import fused_add_rms_norm, geglu, gelu, layer_norm, rms_norm, rope, silu, softmax, swiglu
 from .losses import cross_entropy, linear_cross_entropy
 from ._overrides import (ALL, DEFAULTS, active_overrides, disable_pytorch_overrides, enable_pytorch_overrides,
                          fallback_counts, pytorch_overrides, reset_fallback_counts)
@@ -77,5 +77,5 @@ def info():
 __all__ = ["ALL", "DEFAULTS", "MAX_CPU_THREADS", "MetalcoreError", "MetalcoreMemoryError", "functional", "active_overrides", "backends", "call_counts", "cpu_threads",
            "fallback_counts", "patch_model", "unpatch_model",
            "info", "reset_call_counts", "reset_fallback_counts", "set_cpu_threads", "disable_pytorch_overrides",
-           "enable_pytorch_overrides", "cross_entropy", "fused_add_rms_norm", "geglu", "linear_cross_entropy", "swiglu", "gelu", "layer_norm", "linalg", "nn", "optim",
+           "enable_pytorch_overrides", "cross_entropy", "fused_add_rms_norm", "geglu", "linear_cross_entropy", "rope", "swiglu", "gelu", "layer_norm", "linalg", "nn", "optim",
            "pytorch_overrides", "rms_norm", "silu", "softmax"]

@@ -86,6 +86,21 @@ class Glu(torch.autograd.Function):
         return _backward.glu(_kernels, dy, gate, up, ctx.kind) + (None,)
 
 
+class Rope(torch.autograd.Function):
+    """q and k rotated (two library calls); the backward rotates their
+    gradients back (the transposed rotation). cos and sin take no gradient."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _kernels.rope(q, cos, sin), _kernels.rope(k, cos, sin)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        return tuple(None if d is None else _backward.rope(_kernels, d, cos, sin) for d in (dq, dk)) + (None, None)
+
+
 def reduce_loss(rows, count, reduction, dtype):
     """F.cross_entropy's reduction of the per-row float32 losses (count:
     the rows not ignored, an int64 tensor), in dtype."""

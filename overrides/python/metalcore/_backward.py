@@ -83,3 +83,27 @@ def glu(kernels, dy, gate, up, kind):
     if torch.is_grad_enabled():
         return vjp(lambda g, u: torch_glu(g, u, kind), (gate, up), dy, (True, True))
     return kernels.glu_backward(dy, gate, up, kind)
+
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat((-x2, x1), -1)
+
+
+def torch_rope(q, k, cos, sin):
+    """Hugging Face's apply_rotary_pos_emb: cos and sin [B, T, D] over the
+    heads of q and k [B, H, T, D]."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def rope(kernels, dy, cos, sin):
+    """The gradient of one rotated tensor: the transposed rotation of dy."""
+    if torch.is_grad_enabled():  # [y1 c1 + y2 s2, y2 c2 - y1 s1] in PyTorch's ops
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        d1, d2 = dy.chunk(2, -1)
+        c1, c2 = c.chunk(2, -1)
+        s1, s2 = s.chunk(2, -1)
+        return torch.cat((d1 * c1 + d2 * s2, d2 * c2 - d1 * s1), -1)
+    return kernels.rope(dy, cos, sin, backward=True)

@@ -20,6 +20,7 @@ _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cross_entropy = lib.mc_cross_entropy
 _glu_fwd, _glu_bwd = lib.mc_glu_fwd, lib.mc_glu_bwd
+_rope = lib.mc_rope
 
 
 _workspace_bytes = {}  # (query, x's form, args) -> bytes: fixed by the shapes and the device
@@ -186,6 +187,17 @@ def glu_backward(dy, gate, up, kind):
     a = described(("glu_bwd", form(dy), form(gate), form(up)), (dy, gate, up, dg, du))
     check(_glu_bwd(a[0], a[1], a[2], kind, a[3], a[4], encoder(gate)))
     return dg, du
+
+
+def rope(x, cos, sin, backward=False):
+    """x [B, H, T, D] (any strides with a unit last one) rotated by cos and
+    sin [B or 1, T, D], or (backward) the rotation's transpose: a new
+    contiguous tensor."""
+    y = x.new_empty(x.shape)
+    CALLS["rope"] += 1
+    a = described(("rope", form(x), form(cos), form(sin)), (x, cos, sin, y))
+    check(_rope(a[0], a[1], a[2], int(backward), a[3], encoder(x)))
+    return y
 
 
 def fused_add_rms_norm(x, residual, weight, eps):

@@ -294,6 +294,7 @@ _SIGNATURES = {
     "mc_adamw_step_capturable": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     "mc_cross_entropy": (_I32, [_P, _P, _I64, _F, _P, _P, _P, _P]),
     "mc_glu_fwd": (_I32, [_P, _P, _I32, _P, _P]), "mc_glu_bwd": (_I32, [_P, _P, _P, _I32, _P, _P, _P]),
+    "mc_rope": (_I32, [_P, _P, _P, _I32, _P, _P]),
     "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),
     "mc_qr": (_I32, [_P, _I32, _P, _P, _P, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),
@@ -463,6 +464,15 @@ def unsupported_one(x):
     if not compiling() and x.data_ptr() % x.element_size():
         return MISALIGNED
     return None
+
+
+def unsupported_any_layout(x):
+    """unsupported_one(x) but for the layout: for callers that copy x
+    contiguous, or whose kernel takes its strides."""
+    why = unsupported_one(x)
+    if why == "non-contiguous":
+        return MISALIGNED if not compiling() and x.data_ptr() % x.element_size() else None
+    return why
 
 
 def unsupported(first, *others):

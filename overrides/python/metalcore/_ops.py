@@ -88,3 +88,11 @@ def glu(gate, up, kind):
     if _grad_enabled() and (gate.requires_grad or up.requires_grad):
         return _autograd.Glu.apply(gate, up, kind)
     return _kernels.glu(gate, up, kind)
+
+
+def rope(q, k, cos, sin):
+    """q, k [B, H, T, D] rotated by cos, sin [B or 1, T, D]; under
+    torch.compile the caller runs PyTorch's ops."""
+    if _grad_enabled() and (q.requires_grad or k.requires_grad):
+        return _autograd.Rope.apply(q, k, cos, sin)
+    return _kernels.rope(q, cos, sin), _kernels.rope(k, cos, sin)

@@ -191,8 +191,7 @@ def _glu(name, gate, up, kind):
     """act(gate) * up by the library where it takes the tensors (copied
     contiguous where they are not), else PyTorch's ops (counted): under
     torch.compile or a trace, other dtypes, shapes that broadcast."""
-    why = "compiling" if _lib.compiling() else _lib.unsupported_one(
-        gate.contiguous() if isinstance(gate, torch.Tensor) else gate)
+    why = "compiling" if _lib.compiling() else _lib.unsupported_any_layout(gate)
     if why is None:
         if type(up) not in (torch.Tensor, torch.nn.Parameter):
             why = "up not a tensor"
@@ -217,4 +216,38 @@ def geglu(gate, up, approximate="none"):
     return _glu("geglu", gate, up, 2 if approximate == "tanh" else 1)
 
 
-__all__ = ["fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "silu", "softmax", "swiglu"]
+def _rope_refused(q, k, cos, sin):
+    if _lib.compiling():
+        return "compiling"
+    for t in (q, k, cos, sin):
+        why = _lib.unsupported_any_layout(t)
+        if why is not None:
+            return why
+    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or sin.shape != cos.shape:
+        return "not q, k [B, H, T, D] and cos, sin [B, T, D]"
+    b, _, t, d = q.shape
+    if d % 2 or k.shape[0] != b or k.shape[2:] != q.shape[2:] or cos.shape[0] not in (1, b) or \
+            cos.shape[1:] != (t, d):
+        return "shapes that do not match"
+    if len({q.dtype, k.dtype, cos.dtype, sin.dtype}) > 1 or len({q.device, k.device, cos.device, sin.device}) > 1:
+        return "mixed dtypes or devices"
+    if cos.requires_grad or sin.requires_grad:
+        return "a gradient wanted for cos or sin"
+    return None
+
+
+def rope(q, k, cos, sin):
+    """Hugging Face's apply_rotary_pos_emb(q, k, cos, sin) (rotate_half form,
+    cos and sin broadcast over the heads): (q_embed, k_embed), contiguous,
+    differentiable in q and k. q and k may be the transposed views models
+    make; other inputs are PyTorch's expression (counted)."""
+    why = _rope_refused(q, k, cos, sin)
+    if why is not None:
+        if why not in _lib.PYTORCH_RUNS:
+            _lib.fell_back("rope", why)
+        return _backward.torch_rope(q, k, cos, sin)
+    unit = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, cos, sin)]  # the kernel's one requirement
+    return _ops.rope(*unit)
+
+
+__all__ = ["fused_add_rms_norm", "geglu", "gelu", "layer_norm", "rms_norm", "rope", "silu", "softmax", "swiglu"]

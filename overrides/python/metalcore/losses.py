@@ -36,7 +36,7 @@ def cross_entropy_refused(logits, target, ignore_index, label_smoothing, reducti
     may be non-contiguous: it is copied)."""
     if _lib.compiling():
         return "compiling"
-    why = _lib.unsupported_one(logits.contiguous() if isinstance(logits, torch.Tensor) else logits)
+    why = _lib.unsupported_any_layout(logits)
     if why is not None:
         return why
     if logits.dim() > 2:
