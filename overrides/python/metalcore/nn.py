@@ -170,4 +170,15 @@ class Softmax(torch.nn.Softmax):
         return _torch_twin(self, torch.nn.Softmax)
 
 
-__all__ = ["FusedAddRMSNorm", "GELU", "LayerNorm", "RMSNorm", "SiLU", "Softmax"]
+class SwiGLUMLP(torch.nn.Module):
+    """The gated MLP of Llama-style models, down_proj(silu(gate_proj(x)) *
+    up_proj(x)), with the product from metalcore.swiglu (one pass, and one
+    for its backward). patch_model makes it out of a model's own MLP: the
+    same gate_proj, up_proj and down_proj (and act_fn, unused), so
+    parameters and state_dict keys are unchanged."""
+
+    def forward(self, x):
+        return self.down_proj(functional.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+__all__ = ["FusedAddRMSNorm", "GELU", "LayerNorm", "RMSNorm", "SiLU", "Softmax", "SwiGLUMLP"]

@@ -1,6 +1,6 @@
 """Layer 4: metalcore.patch_model swaps, in place, the submodules of a model
-that compute RMSNorm, LayerNorm, SiLU, GELU or softmax for metalcore's
-modules, keeping their parameters (the same Parameter objects: optimizers
+that compute RMSNorm, LayerNorm, SiLU, GELU, softmax or a SiLU-gated MLP for
+metalcore's modules, keeping their parameters (the same Parameter objects: optimizers
 and state_dict keys are unchanged); unpatch_model puts the originals back.
 A module of another class is swapped only when its forward is, statement
 for statement, a form known to compute what metalcore's module computes."""
@@ -75,6 +75,35 @@ _SILU_FORMS = [_form(f"def forward(self, input):\n    return {fn}(input)\n")
                for fn in ("torch.nn.functional.silu", "nn.functional.silu", "F.silu", "torch.silu")]
 
 
+# transformers' LlamaMLP (Mistral's) and Qwen2MLP: a gated MLP whose
+# product metalcore.swiglu computes where act_fn is SiLU.
+_MLP_FORMS = [_form("def forward(self, x):\n    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * "
+                    "self.up_proj(x))\n    return down_proj\n"),
+              _form("def forward(self, x):\n    return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))\n")]
+
+
+def _silu_module(module):
+    """Whether module computes SiLU (torch.nn.SiLU not in place, or an
+    activation module of the recognised form)."""
+    if type(module) is torch.nn.SiLU:
+        return not module.inplace
+    return "SiLU" in type(module).__name__ and next(module.parameters(), None) is None and \
+        not list(module.children()) and _forward_shape(module) in _SILU_FORMS
+
+
+def _mlp_form(module):
+    """metalcore's SwiGLUMLP over module's own projections, or None, and why not."""
+    if _forward_shape(module) not in _MLP_FORMS:
+        return None, "forward is not the recognised gated MLP form (transformers' LlamaMLP, statement for statement)"
+    if not all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in ("gate_proj", "up_proj", "down_proj")):
+        return None, "gate_proj, up_proj or down_proj is not a torch.nn.Linear"
+    if not _silu_module(getattr(module, "act_fn", None)):
+        return None, "act_fn is not SiLU"
+    new = nn.SwiGLUMLP.__new__(nn.SwiGLUMLP)
+    new.__dict__.update(module.__dict__)  # the same submodules and settings
+    return new, None
+
+
 def _rms_norm_form(module):
     """metalcore's RMSNorm computing what module computes, or None, and why
     not."""
@@ -103,10 +132,11 @@ def _replacement(module):
     if type(module).__name__.endswith("RMSNorm"):
         return _rms_norm_form(module)
     if "SiLU" in type(module).__name__:
-        if next(module.parameters(), None) is None and not list(module.children()) and \
-                _forward_shape(module) in _SILU_FORMS:
+        if _silu_module(module):
             return nn.SiLU(), None
         return None, "forward is not the recognised SiLU form (return silu(input))"
+    if type(module).__name__.endswith("MLP"):
+        return _mlp_form(module)
     return None, None
 
 
@@ -115,13 +145,17 @@ def patch_model(model):
     returns a report: {"swapped": [(name, class)], "left": [(name, class,
     why)]}. Call unpatch_model to restore."""
     report = {"swapped": [], "left": []}
+    replaced = set()  # ids of the modules swapped: their children go with them (a swapped MLP's act_fn is unused)
     for name, parent in list(model.named_modules()):
+        if id(parent) in replaced:
+            continue
         for child_name, child in list(parent.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             new, why = _replacement(child)
             if new is not None:
                 object.__setattr__(new, "_metalcore_original", child)  # not a submodule: not in state_dict
                 setattr(parent, child_name, new)
+                replaced.add(id(child))
                 report["swapped"].append((full, type(child).__name__))
             elif why is not None:
                 report["left"].append((full, type(child).__name__, why))

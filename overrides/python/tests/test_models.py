@@ -109,8 +109,7 @@ def test_patch_model_on_a_llama_block():
 
     report = metalcore.patch_model(model)
     swapped = {name for name, _ in report["swapped"]}
-    assert swapped == {f"{i}.{m}" for i in (0, 1) for m in ("input_layernorm", "post_attention_layernorm",
-                                                               "mlp.act_fn")}
+    assert swapped == {f"{i}.{m}" for i in (0, 1) for m in ("input_layernorm", "post_attention_layernorm", "mlp")}
     assert [(n, c) for n, c, _ in report["left"]] == [("2", "GemmaRMSNorm")]
     assert list(model.state_dict()) == keys
     metalcore.reset_call_counts()
@@ -118,8 +117,8 @@ def test_patch_model_on_a_llama_block():
         got = model(x)
         got.sum().backward()
     calls = metalcore.call_counts()
-    assert calls["rmsnorm_fwd"] == 4 and calls["silu_fwd"] == 2 and calls["softmax_fwd"] == 2, calls
-    assert calls["rmsnorm_bwd"] == 4 and calls["silu_bwd"] == 2 and calls["softmax_bwd"] == 2, calls
+    assert calls["rmsnorm_fwd"] == 4 and calls["glu_fwd"] == 2 and calls["softmax_fwd"] == 2, calls
+    assert calls["rmsnorm_bwd"] == 4 and calls["glu_bwd"] == 2 and calls["softmax_bwd"] == 2, calls
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad, want_grad, rtol=1e-4, atol=1e-4)
 
@@ -306,3 +305,29 @@ def test_adamw_with_grad_scaling():
         ref_opt.step()
     for o, r in zip(ours, ref):
         torch.testing.assert_close(o.detach().as_subclass(torch.Tensor), r.detach(), rtol=1e-5, atol=1e-6)
+
+
+class TwoStepMLP(LlamaMLP):
+    """transformers' LlamaMLP in its two-statement form (Mistral's too)."""
+
+    def forward(self, x):
+        down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return down_proj
+
+
+def test_patch_model_swaps_a_silu_gated_mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(TwoStepMLP(16, 40, torch.nn.SiLU()), TwoStepMLP(16, 40, torch.nn.GELU()))
+    x = torch.randn(3, 5, 16)
+    want, keys = model(x), list(model.state_dict())
+    report = metalcore.patch_model(model)
+    assert report["swapped"] == [("0", "TwoStepMLP"), ("1.act_fn", "GELU")], report
+    assert report["left"] == [("1", "TwoStepMLP", "act_fn is not SiLU")], report
+    assert isinstance(model[0], metalcore.nn.SwiGLUMLP) and list(model.state_dict()) == keys
+    metalcore.reset_call_counts()
+    got = model(x)
+    assert metalcore.call_counts().get("glu_fwd") == 1
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    assert model[0].gate_proj.weight.grad is not None
+    assert metalcore.unpatch_model(model) == 2 and type(model[0]) is TwoStepMLP and type(model[1].act_fn) is nn.GELU
