@@ -143,14 +143,15 @@ class LinearCrossEntropy(torch.autograd.Function):
     chunks of rows: each chunk's logits are made by PyTorch's matmul, turned
     into their gradient in place by one library call (computing in float32),
     and folded into the gradients of hidden, weight and bias at once; the
-    full logits never exist. reduction 'mean' or 'sum' (a scalar loss: the backward scales the
-    kept gradients)."""
+    full logits never exist. reduction 'mean' or 'sum' (a scalar loss: the
+    backward scales the kept gradients)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, target, ignore_index, smoothing, reduction, chunk):
         count = (target != ignore_index).sum()
         scale = (1 / count.float()).reshape(1) if reduction == "mean" else None
         want = ctx.needs_input_grad[:3]
+        wanted = any(want)
         rows = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
         dh = torch.empty_like(hidden) if want[0] else None
         dw = torch.zeros_like(weight) if want[1] else None
@@ -161,8 +162,8 @@ class LinearCrossEntropy(torch.autograd.Function):
             # make them, and writes the gradient in their dtype, as autograd
             # would cast it back: in place, the chunk's logits become it
             g = torch.nn.functional.linear(h, weight, bias)
-            rows[i:i + chunk] = _kernels.cross_entropy(g, t, ignore_index, smoothing, scale, g if any(want) else None)
-            if not any(want):
+            rows[i:i + chunk] = _kernels.cross_entropy(g, t, ignore_index, smoothing, scale, g if wanted else None)
+            if not wanted:
                 continue
             if dh is not None:
                 torch.matmul(g, weight, out=dh[i:i + chunk])

@@ -324,6 +324,13 @@ def fell_back(op, reason):
         log.info("%s falls back to PyTorch's own for %s inputs (counted in metalcore.fallback_counts())", op, reason)
 
 
+def pytorch_computes(op, why):
+    """Counts a call of op that PyTorch's own computes for why (fell_back),
+    unless PyTorch must run it anyway (PYTORCH_RUNS)."""
+    if why not in PYTORCH_RUNS:
+        fell_back(op, why)
+
+
 def fail(status):
     """Raises MetalcoreError (MetalcoreMemoryError when memory ran out) for
     a non-OK status."""

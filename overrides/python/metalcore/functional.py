@@ -198,8 +198,7 @@ def _glu(name, gate, up, kind):
         elif up.shape != gate.shape or up.dtype != gate.dtype or up.device != gate.device:
             why = "up not of gate's shape, dtype and device"
     if why is not None:
-        if why not in _lib.PYTORCH_RUNS:
-            _lib.fell_back(name, why)
+        _lib.pytorch_computes(name, why)
         return _backward.torch_glu(gate, up, kind)
     return _ops.glu(gate.contiguous(), up.contiguous(), kind)
 
@@ -243,8 +242,7 @@ def rope(q, k, cos, sin):
     make; other inputs are PyTorch's expression (counted)."""
     why = _rope_refused(q, k, cos, sin)
     if why is not None:
-        if why not in _lib.PYTORCH_RUNS:
-            _lib.fell_back("rope", why)
+        _lib.pytorch_computes("rope", why)
         return _backward.torch_rope(q, k, cos, sin)
     unit = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, cos, sin)]  # the kernel's one requirement
     return _ops.rope(*unit)

@@ -53,8 +53,7 @@ def cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.0, red
     dtype, differentiable in logits."""
     why = cross_entropy_refused(logits, target, ignore_index, label_smoothing, reduction)
     if why is not None:
-        if why not in _lib.PYTORCH_RUNS:
-            _lib.fell_back("cross_entropy", why)
+        _lib.pytorch_computes("cross_entropy", why)
         return _torch_cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
                                     reduction=reduction)
     one = logits.dim() == 1
@@ -107,8 +106,7 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
     the forward."""
     why = linear_cross_entropy_refused(hidden, weight, target, bias, ignore_index, label_smoothing, reduction)
     if why is not None:
-        if why not in _lib.PYTORCH_RUNS:
-            _lib.fell_back("linear_cross_entropy", why)
+        _lib.pytorch_computes("linear_cross_entropy", why)
         return _torch_cross_entropy(F.linear(hidden, weight, bias).float(), target, ignore_index=ignore_index,
                                     label_smoothing=label_smoothing, reduction=reduction)
     h, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
