@@ -33,7 +33,7 @@ CFLAGS_TEST := -std=c99 -O1 -Wall -Wextra -Werror -Iinclude
 # and the CUDA driver's tests need cgo)
 ARM64_PKGS  = $(shell CGO_ENABLED=0 GOARCH=arm64 $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | sed 's|^metalcore/||' | grep -v '^capi$$')
 
-.PHONY: msl test-msl darwin test-darwin test-python test-python-trixie python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
+.PHONY: msl test-msl test-metal-sim darwin test-darwin test-python test-python-trixie python all demo static install uninstall deps test test-generated test-cuda-syntax test-install test-go-api test-go test-race test-portable test-c test-header test-arm64 bench pgo fuzz gpu-binaries clean
 
 all: $(LIB)
 
@@ -131,6 +131,18 @@ test-cuda-syntax:
 # Apple's compiler; ops/msl_test.go shows that it catches planted errors)
 msl:
 	$(GO) run ./cmd/msl -out build/msl
+# the Metal simulator (tests/metal/sim): a stand-in libobjc and Metal that
+# runs the real Objective-C layer (a metalsim build) and the MSL programs,
+# compiled as C++ and run on the CPU with every access checked
+METALSIM := build/metalsim/libmetalsim.so
+$(METALSIM): $(wildcard tests/metal/sim/*.cpp tests/metal/sim/*.h tests/metal/sim/*.S)
+	@mkdir -p build/metalsim
+	clang++-14 -std=c++17 -O2 -fPIC -shared -Wall -Werror \
+		-DMCSIM_DEFAULT_INCLUDE='"$(CURDIR)/tests/metal/sim/include"' -DMCSIM_DEFAULT_CACHE='"$(CURDIR)/build/metalsim/cache"' \
+		-o $@ tests/metal/sim/objc.cpp tests/metal/sim/exec.cpp tests/metal/sim/switch_amd64.S
+test-metal-sim: $(METALSIM)
+	MC_METAL_SIM=$(CURDIR)/$(METALSIM) $(GO) test -tags metalsim -count=1 -run 'MetalSim' ./ops/ ./backend/metal/
+
 test-msl: msl
 	@for f in build/msl/*.metal; do \
 		clang-14 -x clcpp -cl-no-stdinc -fsyntax-only -Wno-unknown-attributes -I tests/metal $$f || exit 1; \

@@ -37,11 +37,14 @@ func (cudaRuntime) Encode(_ unsafe.Pointer, cmds []metal.Command) error {
 	for _, c := range cmds {
 		words := make([]uint64, len(c.Buffers)+len(c.Values))
 		for _, b := range c.Buffers {
-			if b.Buffer != nil {
+			if !b.Absent {
 				words[b.Index] = uint64(uintptr(b.Buffer)) + b.Offset
 			}
 		}
 		for _, v := range c.Values {
+			if v.Bound {
+				continue
+			}
 			switch len(v.Data) {
 			case 4:
 				words[v.Index] = uint64(binary.LittleEndian.Uint32(v.Data))

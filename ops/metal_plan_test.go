@@ -136,7 +136,7 @@ func signatures(t *testing.T) map[string]signature {
 				i, _ := strconv.Atoi(pm[3])
 				require.NotContains(t, sig.params, i, "%s: two parameters at buffer(%d)", m[2], i)
 				ptr := strings.Contains(pm[1], "*")
-				sig.params[i] = mslParam{typ: pm[1], name: pm[2], pointer: ptr,
+				sig.params[i] = mslParam{typ: pm[1], name: strings.TrimPrefix(pm[2], "mc_p_"), pointer: ptr,
 					read: ptr && regexp.MustCompile(`\bconst\b`).MatchString(pm[1])}
 			}
 			out[m[2]] = sig
@@ -168,7 +168,7 @@ func checkPlan(t *testing.T, sigs map[string]signature, cmds []metal.Command) {
 		for _, b := range c.Buffers {
 			p, ok := sig.params[b.Index]
 			require.True(t, ok && p.pointer, "%s: buffer at %d, where the entry has %+v", c.Kernel, b.Index, p)
-			require.Equal(t, !p.read, b.Write, "%s: %s written", c.Kernel, p.name)
+			require.Equal(t, !p.read && !b.Absent, b.Write, "%s: %s written", c.Kernel, p.name)
 			require.False(t, seen[b.Index], "%s: buffer(%d) bound twice", c.Kernel, b.Index)
 			seen[b.Index] = true
 			if b.Buffer != nil {
@@ -369,7 +369,7 @@ func TestMetalAdamWPlan(t *testing.T) {
 			for _, c := range cmds {
 				total += c.Groups
 				require.False(t, c.Barrier)
-				require.Len(t, c.Values, 1)
+				require.Len(t, c.Values, 1, "the table alone: adamw_step takes no pointer")
 				require.Equal(t, 8*(7*64+12), len(c.Values[0].Data))
 			}
 			require.Equal(t, blocks, total, "a threadgroup per 4096 elements of every tensor")

@@ -7,6 +7,7 @@
 #define MC_DEVICE static __device__ __forceinline__
 #define MC_METHOD __device__ __forceinline__
 #define MC_BARRIER() __syncthreads()
+#define MC_BARRIER_DEVICE() __syncthreads()  // orders global memory in the block too
 #define MC_WARP_BARRIER() __syncwarp()
 // MC_SHARED declares group-shared memory, in a kernel's entry only (MSL
 // has no threadgroup variables in other functions): helpers take it as an

@@ -50,21 +50,26 @@ type Command struct {
 	Barrier     bool
 }
 
-// Binding is a buffer at a kernel parameter: Buffer (nil: none, a null
-// pointer in the kernel) at Offset, of which the kernel may touch bytes
-// [Lo, Hi) (offsets into the buffer) and writes them unless the parameter
-// is const.
+// Binding is a buffer at a kernel parameter: Buffer at Offset, of which
+// the kernel may touch bytes [Lo, Hi) (offsets into the buffer) and writes
+// them unless the parameter is const. Absent: the parameter is a null
+// pointer, and Buffer another of the command's buffers standing in (the
+// entry's mc_bound says which are absent).
 type Binding struct {
 	Index          int
 	Buffer         unsafe.Pointer
 	Offset, Lo, Hi uint64
 	Write          bool
+	Absent         bool
 }
 
 // Value is a parameter's bytes (a scalar, or a struct of them), set inline.
+// Bound marks the Metal entry's own mc_bound mask, which is no parameter
+// of the kernel's source.
 type Value struct {
 	Index int
 	Data  []byte
+	Bound bool
 }
 
 // Resource is a buffer a kernel reaches through an address in its values.
@@ -190,6 +195,18 @@ func (p *Plan) DispatchWith(kernel string, groups, threads, groupMemory int, res
 		p.fail(fmt.Errorf("kernel %s takes %d arguments, the plan gives %d", kernel, len(k.Params), len(args)))
 		return
 	}
+	if len(k.Params) > 32 {
+		p.fail(fmt.Errorf("kernel %s: %d parameters, more than its mc_bound mask has bits", kernel, len(k.Params)))
+		return
+	}
+	var standIn unsafe.Pointer // the buffer bound where a pointer is null
+	for _, a := range args {
+		if a.isBuffer && a.buffer != nil {
+			standIn = a.buffer
+			break
+		}
+	}
+	var bound uint32
 	for i, a := range args {
 		prm := k.Params[i]
 		if a.isBuffer != prm.Pointer {
@@ -197,6 +214,15 @@ func (p *Plan) DispatchWith(kernel string, groups, threads, groupMemory int, res
 			return
 		}
 		if a.isBuffer {
+			if a.buffer == nil {
+				if standIn == nil {
+					p.fail(fmt.Errorf("kernel %s: every buffer argument is null", kernel))
+					return
+				}
+				c.Buffers = append(c.Buffers, Binding{Index: prm.Index, Buffer: standIn, Absent: true})
+				continue
+			}
+			bound |= 1 << prm.Index
 			c.Buffers = append(c.Buffers, Binding{Index: prm.Index, Buffer: a.buffer, Offset: a.offset, Lo: a.lo, Hi: a.hi,
 				Write: !strings.Contains(prm.Type, "const")})
 			continue
@@ -206,6 +232,9 @@ func (p *Plan) DispatchWith(kernel string, groups, threads, groupMemory int, res
 			return
 		}
 		c.Values = append(c.Values, Value{Index: prm.Index, Data: a.value})
+	}
+	if k.BoundIndex() >= 0 {
+		c.Values = append(c.Values, Value{Index: k.BoundIndex(), Data: binary.LittleEndian.AppendUint32(nil, bound), Bound: true})
 	}
 	if threads < 1 || threads > MaxGroupThreads || (threads > SIMDWidth && threads%SIMDWidth != 0) ||
 		k.MaxThreads > 0 && threads > k.MaxThreads {
@@ -226,7 +255,7 @@ func (p *Plan) DispatchWith(kernel string, groups, threads, groupMemory int, res
 func (p *Plan) conflicts(c Command) bool {
 	var reads, writes []span
 	for _, b := range c.Buffers {
-		if b.Buffer == nil {
+		if b.Absent {
 			continue
 		}
 		s := span{b.Buffer, b.Lo, b.Hi}
@@ -372,6 +401,9 @@ func CheckBuffers(commands []Command, lengthOf func(buffer unsafe.Pointer) uint6
 	}
 	for _, c := range commands {
 		for _, b := range c.Buffers {
+			if b.Buffer == nil { // Metal's validation refuses it for an index the kernel declares
+				return core.Errorf(core.ErrInternal, "%s: buffer(%d) bound to nil", c.Kernel, b.Index)
+			}
 			if err := check(c.Kernel, b.Buffer, b.Hi); err != nil {
 				return err
 			}

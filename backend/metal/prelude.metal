@@ -9,6 +9,9 @@ using namespace metal;
 #define MC_DEVICE static inline __attribute__((always_inline))
 #define MC_METHOD inline __attribute__((always_inline))
 #define MC_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
+// a barrier that also orders the group's device memory accesses (Metal's
+// threadgroup barrier orders only what its flags name)
+#define MC_BARRIER_DEVICE() threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)
 #define MC_WARP_BARRIER() simdgroup_barrier(mem_flags::mem_threadgroup)
 #define MC_GLOBAL device
 #define MC_GROUP threadgroup

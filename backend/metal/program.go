@@ -59,15 +59,33 @@ func Program(src string) (string, []Kernel, error) {
 	return b.String(), kernels, nil
 }
 
-// entry is k's MSL kernel function.
-func (k Kernel) entry() string {
-	var params []string
+// BoundIndex is the buffer index of a kernel's mc_bound parameter: the
+// bit mask of its pointer parameters given a tensor (the rest are bound to
+// a stand-in buffer, since Metal's validation refuses a nil binding of an
+// index the kernel declares, and the entry passes nullptr for them); -1
+// for a kernel that takes no pointer.
+func (k Kernel) BoundIndex() int {
 	for _, p := range k.Params {
 		if p.Pointer {
-			params = append(params, fmt.Sprintf("%s %s [[buffer(%d)]]", p.Type, p.Name, p.Index))
+			return len(k.Params)
+		}
+	}
+	return -1
+}
+
+// entry is k's MSL kernel function.
+func (k Kernel) entry() string {
+	var params, nulls []string
+	for _, p := range k.Params {
+		if p.Pointer {
+			params = append(params, fmt.Sprintf("%s mc_p_%s [[buffer(%d)]]", p.Type, p.Name, p.Index))
+			nulls = append(nulls, fmt.Sprintf("    %s %s = (mc_bound >> %d & 1u) ? mc_p_%s : nullptr;\n", p.Type, p.Name, p.Index, p.Name))
 		} else {
 			params = append(params, fmt.Sprintf("constant %s& %s [[buffer(%d)]]", p.Type, p.Name, p.Index))
 		}
+	}
+	if k.BoundIndex() >= 0 {
+		params = append(params, fmt.Sprintf("constant uint& mc_bound [[buffer(%d)]]", k.BoundIndex()))
 	}
 	if k.Dynamic != "" {
 		params = append(params, "threadgroup "+k.Dynamic+"* mc_dynamic [[threadgroup(0)]]")
@@ -80,6 +98,7 @@ func (k Kernel) entry() string {
 	}
 	fmt.Fprintf(&b, "kernel void %s(%s) {\n    const mc_ids id = {mc_t, mc_nt, mc_b, mc_nb};\n", k.Name,
 		strings.Join(params, ", "))
+	b.WriteString(strings.Join(nulls, ""))
 	if k.GroupFloats != "" {
 		fmt.Fprintf(&b, "    threadgroup float mc_group[%s];\n", k.GroupFloats)
 	}

@@ -45,8 +45,11 @@ func TestKernelsFromDeclarations(t *testing.T) {
 	entry := rows.entry()
 	for _, want := range []string{
 		"[[max_total_threads_per_threadgroup(512)]] kernel void rows_bf16(",
-		"MC_GLOBAL const void* x [[buffer(0)]], constant mc_i64& xs [[buffer(1)]], MC_GLOBAL float* rstd [[buffer(2)]], " +
-			"constant int& cols [[buffer(3)]], uint mc_t [[thread_position_in_threadgroup]]",
+		"MC_GLOBAL const void* mc_p_x [[buffer(0)]], constant mc_i64& xs [[buffer(1)]], MC_GLOBAL float* mc_p_rstd [[buffer(2)]], " +
+			"constant int& cols [[buffer(3)]], constant uint& mc_bound [[buffer(4)]], uint mc_t [[thread_position_in_threadgroup]]",
+		// a null pointer is a stand-in buffer and a clear bit of mc_bound
+		"MC_GLOBAL const void* x = (mc_bound >> 0 & 1u) ? mc_p_x : nullptr;",
+		"MC_GLOBAL float* rstd = (mc_bound >> 2 & 1u) ? mc_p_rstd : nullptr;",
 		"threadgroup float mc_group[33];",
 		"rows<BF16>(id, mc_group, x, xs, rstd, cols);",
 	} {

@@ -34,7 +34,35 @@ type Tensor struct {
 	mem     []uint64
 	base    unsafe.Pointer
 	bytes   int
-	dev     *cuda.Buffer
+	dev     Memory
+}
+
+// Memory is a tensor's allocation on a GPU, mirrored from and to the
+// tensor's host memory.
+type Memory interface {
+	Handle() unsafe.Pointer // what a tensor's data holds
+	CopyIn(src unsafe.Pointer) error
+	CopyOut(dst unsafe.Pointer) error // after the work queued before it
+	Free() error
+}
+
+// gpuAlloc makes each GPU backend's memory: CUDA's here, the Metal
+// simulator's in a metalsim build (metalsim.go).
+var gpuAlloc = map[int32]func(bytes int) (Memory, error){
+	core.DeviceCUDA: func(bytes int) (Memory, error) {
+		d, err := cuda.Alloc(0, bytes)
+		return cudaMemory{d}, err
+	},
+}
+
+type cudaMemory struct{ *cuda.Buffer }
+
+func (m cudaMemory) Handle() unsafe.Pointer { return m.Ptr }
+func (m cudaMemory) CopyOut(dst unsafe.Pointer) error {
+	if err := cuda.Sync(); err != nil {
+		return err
+	}
+	return m.Buffer.CopyOut(dst)
 }
 
 // Backend is one implementation the conformance suite runs against, passed
@@ -50,7 +78,8 @@ type Backend struct {
 // device 0 (benchmarks name it directly).
 var (
 	CPU  = Backend{Name: "cpu", DeviceType: core.DeviceCPU}
-	CUDA = Backend{Name: "cuda", DeviceType: core.DeviceCUDA}
+	CUDA  = Backend{Name: "cuda", DeviceType: core.DeviceCUDA}
+	Metal = Backend{Name: "metal", DeviceType: core.DeviceMetal}
 )
 
 // GPU reports whether the backend's tensors live in device memory (its
@@ -61,13 +90,13 @@ func (b Backend) GPU() bool { return b.DeviceType > core.DeviceCPU }
 // to the device, read back by Values and Bytes.
 func (b Backend) New(dt core.DType, shape []int64, opts ...Option) *Tensor {
 	t := New(dt, shape, opts...)
-	if b.DeviceType == core.DeviceCUDA {
-		d, err := cuda.Alloc(0, len(t.mem)*8)
+	if alloc := gpuAlloc[b.DeviceType]; alloc != nil {
+		d, err := alloc(len(t.mem) * 8)
 		if err != nil {
 			panic(err)
 		}
 		t.dev = d
-		t.T.Data, t.T.DeviceType = d.Ptr, core.DeviceCUDA
+		t.T.Data, t.T.DeviceType = d.Handle(), b.DeviceType
 		runtime.SetFinalizer(t, func(t *Tensor) { t.dev.Free() })
 		t.push()
 	}
@@ -154,8 +183,11 @@ func DLPack(dt core.DType) (uint8, uint8) {
 // On is the backend whose device holds t (for the tensors a helper makes
 // to go with it).
 func (t *Tensor) On() Backend {
-	if t.dev != nil {
+	switch t.T.DeviceType {
+	case core.DeviceCUDA:
 		return CUDA
+	case core.DeviceMetal:
+		return Metal
 	}
 	return CPU
 }
@@ -183,7 +215,6 @@ func (t *Tensor) push() {
 // pull waits for the GPU and copies its memory back to the host.
 func (t *Tensor) pull() {
 	if t.dev != nil {
-		must(cuda.Sync())
 		must(t.dev.CopyOut(t.base))
 	}
 }

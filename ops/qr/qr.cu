@@ -365,7 +365,7 @@ MC_DEVICE void qr_panel_factor(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL flo
         pb[(groups + g) * QR_SLOT] = t;  // slot 1: the loop's first use of it comes after every block read this
     }
     if (groups > 1) mc_blocks_sync(id, counters + b, base + (unsigned)groups);
-    else MC_BARRIER();
+    else MC_BARRIER_DEVICE();  // thread 0's device writes reach the group
     for (int h = 0; h < groups; h++) amax = fmaxf(amax, mc_load_coherent(pb + (groups + h) * QR_SLOT));
     int e2 = 0;
     if (amax > 0.f && amax <= 3.4e38f) frexpf(amax, &e2);
@@ -406,7 +406,7 @@ MC_DEVICE void qr_panel_factor(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL flo
         sh.red[warp][lane] = p[0];
         ss = mc_warp_sum(ss);
         if (lane == 0) sh.wred[warp] = ss;
-        MC_BARRIER();
+        MC_BARRIER_DEVICE();  // row c of P (the memory path) is read by every thread below
         MC_GLOBAL float* slot = pb + ((j & 1) * groups + g) * QR_SLOT;
         for (int v = tid; v < QR_SLOT; v += nt) {
             float t = 0.f;
@@ -419,7 +419,7 @@ MC_DEVICE void qr_panel_factor(MC_IDS, MC_GROUP QrPanelShared& sh, MC_GLOBAL flo
             slot[v] = t;
         }
         if (groups > 1) mc_blocks_sync(id, counters + b, base + (unsigned)((j + 2) * groups));
-        else MC_BARRIER();
+        else MC_BARRIER_DEVICE();  // thread 0's device writes reach the group
         // totals over the group, value v by thread v, read past L1 (other
         // blocks wrote them), all loads in flight together
         MC_GLOBAL const float* all = pb + (j & 1) * groups * QR_SLOT;

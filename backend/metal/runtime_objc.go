@@ -1,4 +1,4 @@
-//go:build darwin && cgo
+//go:build (darwin || metalsim) && cgo
 
 package metal
 
@@ -22,10 +22,10 @@ static void* (*mc_poolPush)(void);
 static void (*mc_poolPop)(void*);
 static mc_id (*mc_defaultDevice)(void);
 
-static const char* mc_objc_open(void) {
-	void* objc = dlopen("/usr/lib/libobjc.A.dylib", RTLD_NOW | RTLD_GLOBAL);
-	void* foundation = dlopen("/System/Library/Frameworks/Foundation.framework/Foundation", RTLD_NOW | RTLD_GLOBAL);
-	void* metal = dlopen("/System/Library/Frameworks/Metal.framework/Metal", RTLD_NOW | RTLD_GLOBAL);
+static const char* mc_objc_open(const char* objc_path, const char* foundation_path, const char* metal_path) {
+	void* objc = dlopen(objc_path, RTLD_NOW | RTLD_GLOBAL);
+	void* foundation = dlopen(foundation_path, RTLD_NOW | RTLD_GLOBAL);
+	void* metal = dlopen(metal_path, RTLD_NOW | RTLD_GLOBAL);
 	if (!objc || !foundation || !metal) return "libobjc, Foundation or Metal.framework cannot be opened";
 	mc_getClass = (mc_id(*)(const char*))dlsym(objc, "objc_getClass");
 	mc_selector = (mc_sel(*)(const char*))dlsym(objc, "sel_registerName");
@@ -39,6 +39,8 @@ static const char* mc_objc_open(void) {
 }
 
 static mc_id mc_default_device(void) { return mc_defaultDevice(); }
+static void* mc_pool_push(void) { return mc_poolPush(); }
+static void mc_pool_pop(void* pool) { mc_poolPop(pool); }
 static mc_id mc_msg(mc_id o, const char* s) { return ((mc_id(*)(mc_id, mc_sel))mc_msgSend)(o, mc_selector(s)); }
 static unsigned long mc_msg_ulong(mc_id o, const char* s) {
 	return ((unsigned long (*)(mc_id, mc_sel))mc_msgSend)(o, mc_selector(s));
@@ -61,7 +63,9 @@ static char* mc_error_text(mc_id err, const char* otherwise) {
 
 // mc_library compiles an MSL program for device, with safe math (the
 // default, fast math, would reorder the kernels' float32 sums and assume no
-// NaN or infinity); *err gets a malloc'd message on failure.
+// NaN or infinity) and, where the options have them (macOS 15), precise
+// floating-point functions (safe math alone leaves fmax, fmin and fabs at
+// their fast, NaN-unaware forms); *err gets a malloc'd message on failure.
 static mc_id mc_library(mc_id device, const char* source, char** err) {
 	void* pool = mc_poolPush();
 	mc_id opts = mc_msg(mc_msg(mc_getClass("MTLCompileOptions"), "alloc"), "init");
@@ -69,6 +73,8 @@ static mc_id mc_library(mc_id device, const char* source, char** err) {
 		((void (*)(mc_id, mc_sel, long))mc_msgSend)(opts, mc_selector("setMathMode:"), 0);  // MTLMathModeSafe
 	else
 		((void (*)(mc_id, mc_sel, signed char))mc_msgSend)(opts, mc_selector("setFastMathEnabled:"), 0);
+	if (mc_responds(opts, "setMathFloatingPointFunctions:"))  // MTLMathFloatingPointFunctionsPrecise
+		((void (*)(mc_id, mc_sel, long))mc_msgSend)(opts, mc_selector("setMathFloatingPointFunctions:"), 1);
 	mc_id src = mc_string(source), e = NULL;
 	mc_id lib = ((mc_id(*)(mc_id, mc_sel, mc_id, mc_id, mc_id*))mc_msgSend)(
 		device, mc_selector("newLibraryWithSource:options:error:"), src, opts, &e);
@@ -129,6 +135,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sync"
 	"unsafe"
 )
@@ -160,7 +167,16 @@ type pipeline struct {
 
 func (d *darwin) Available() error {
 	d.openOnce.Do(func() {
-		if msg := C.mc_objc_open(); msg != nil {
+		objc, foundation, metal, err := frameworks()
+		if err != nil {
+			d.openErr = err
+			return
+		}
+		cobjc, cfoundation, cmetal := C.CString(objc), C.CString(foundation), C.CString(metal)
+		defer C.free(unsafe.Pointer(cobjc))
+		defer C.free(unsafe.Pointer(cfoundation))
+		defer C.free(unsafe.Pointer(cmetal))
+		if msg := C.mc_objc_open(cobjc, cfoundation, cmetal); msg != nil {
 			d.openErr = errors.New(C.GoString(msg))
 		} else if C.mc_default_device() == nil {
 			d.openErr = errors.New("Metal reports no device")
@@ -211,6 +227,11 @@ func (d *darwin) pipeline(dev C.mc_id, kernel string) (pipeline, error) {
 		defer C.free(unsafe.Pointer(msg))
 		return pipeline{}, fmt.Errorf("the pipeline of %s: %s", kernel, C.GoString(msg))
 	}
+	// every reduction is written for SIMD groups of 32 threads
+	if w := int(C.mc_msg_ulong(pso, cstr("threadExecutionWidth"))); w != SIMDWidth {
+		C.mc_release(pso)
+		return pipeline{}, fmt.Errorf("the device runs SIMD groups of %d threads; metalcore's kernels are written for %d", w, SIMDWidth)
+	}
 	p := pipeline{pso: pso, maxThreads: int(C.mc_msg_ulong(pso, cstr("maxTotalThreadsPerThreadgroup")))}
 	s.pipelines[kernel] = p
 	return p, nil
@@ -235,19 +256,44 @@ func cstr(s string) *C.char {
 
 func deviceOf(encoder unsafe.Pointer) C.mc_id { return C.mc_msg(C.mc_id(encoder), cstr("device")) }
 
-func (d *darwin) MaxThreads(encoder unsafe.Pointer, kernel string) (int, error) {
+// inPool runs f on one OS thread inside an autorelease pool: the host's
+// thread (Python's, say) may have none, and Metal autoreleases what its
+// methods return.
+func inPool(f func()) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	pool := C.mc_pool_push()
+	defer C.mc_pool_pop(pool)
+	f()
+}
+
+func (d *darwin) MaxThreads(encoder unsafe.Pointer, kernel string) (n int, err error) {
+	inPool(func() { n, err = d.maxThreads(encoder, kernel) })
+	return n, err
+}
+
+func (d *darwin) maxThreads(encoder unsafe.Pointer, kernel string) (int, error) {
 	p, err := d.pipeline(deviceOf(encoder), kernel)
 	return p.maxThreads, err
 }
 
-func (d *darwin) GPUAddress(buffer unsafe.Pointer) (uint64, error) {
-	if C.mc_responds(C.mc_id(buffer), cstr("gpuAddress")) == 0 {
-		return 0, errors.New("the buffer has no gpuAddress (AdamW's tensor tables need Metal 3: macOS 13 and an Apple GPU)")
-	}
-	return uint64(C.mc_msg_ulong(C.mc_id(buffer), cstr("gpuAddress"))), nil
+func (d *darwin) GPUAddress(buffer unsafe.Pointer) (a uint64, err error) {
+	inPool(func() {
+		if C.mc_responds(C.mc_id(buffer), cstr("gpuAddress")) == 0 {
+			err = errors.New("the buffer has no gpuAddress (AdamW's tensor tables need Metal 3: macOS 13 and an Apple GPU)")
+			return
+		}
+		a = uint64(C.mc_msg_ulong(C.mc_id(buffer), cstr("gpuAddress")))
+	})
+	return a, err
 }
 
-func (d *darwin) Prepare(encoderOrDevice unsafe.Pointer) error {
+func (d *darwin) Prepare(encoderOrDevice unsafe.Pointer) (err error) {
+	inPool(func() { err = d.prepare(encoderOrDevice) })
+	return err
+}
+
+func (d *darwin) prepare(encoderOrDevice unsafe.Pointer) error {
 	dev := C.mc_id(encoderOrDevice)
 	if C.mc_responds(dev, cstr("newLibraryWithSource:options:error:")) == 0 {
 		dev = deviceOf(encoderOrDevice)
@@ -265,8 +311,16 @@ func (d *darwin) Prepare(encoderOrDevice unsafe.Pointer) error {
 }
 
 // Encode checks the plan against the device (pipelines, buffer lengths and
-// devices, threadgroup sizes), then encodes it.
-func (d *darwin) Encode(encoder unsafe.Pointer, commands []Command) error {
+// devices, threadgroup sizes), then encodes it. On a concurrent encoder
+// (MLX's) the host's dispatches before and after the call are not ordered
+// with the call's by anything else: a buffer-scope barrier goes before the
+// first dispatch and after the last.
+func (d *darwin) Encode(encoder unsafe.Pointer, commands []Command) (err error) {
+	inPool(func() { err = d.encode(encoder, commands) })
+	return err
+}
+
+func (d *darwin) encode(encoder unsafe.Pointer, commands []Command) error {
 	enc := C.mc_id(encoder)
 	dev := deviceOf(encoder)
 	psos := make([]C.mc_id, len(commands))
@@ -286,8 +340,9 @@ func (d *darwin) Encode(encoder unsafe.Pointer, commands []Command) error {
 	if err != nil {
 		return err
 	}
+	concurrent := C.mc_responds(enc, cstr("dispatchType")) != 0 && C.mc_msg_ulong(enc, cstr("dispatchType")) == 1
 	for i, c := range commands {
-		if c.Barrier {
+		if c.Barrier || i == 0 && concurrent {
 			C.mc_barrier(enc)
 		}
 		C.mc_set_pipeline(enc, psos[i])
@@ -308,6 +363,9 @@ func (d *darwin) Encode(encoder unsafe.Pointer, commands []Command) error {
 			C.mc_set_group_memory(enc, C.ulong((c.GroupMemory+15)/16*16))
 		}
 		C.mc_dispatch(enc, C.ulong(c.Groups), C.ulong(c.Threads))
+	}
+	if concurrent {
+		C.mc_barrier(enc)
 	}
 	return nil
 }

@@ -1,0 +1,360 @@
+//go:build metalsim && cgo
+
+package ops_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"metalcore/internal/core"
+	tu "metalcore/internal/testutil"
+	"metalcore/ops/activation"
+	"metalcore/ops/adamw"
+	"metalcore/ops/loss"
+	"metalcore/ops/norm"
+	"metalcore/ops/qr"
+	"metalcore/ops/rope"
+	"metalcore/ops/softmax"
+)
+
+// The op families on the Metal simulator (tests/metal/sim, a metalsim
+// build): every op and dtype through its Metal plan and the real
+// Objective-C layer, the MSL programs run on the CPU with every access
+// checked, against the CPU backend on the same inputs. The test device
+// moves a tensor's data with the host's own copy dispatches on the open
+// encoder, concurrent unless said otherwise, so every call has a host
+// dispatch before it and one after it there. Whatever the simulator finds
+// (a validation failure, a race, an access out of bounds or to a buffer
+// not made resident) fails the call's test.
+
+func TestMain(m *testing.M) {
+	if err := tu.MetalSim(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// simRun runs call once on the CPU and once on the simulated Metal device,
+// each with fresh outputs (dtype and shape per outs) and the inputs'
+// twins, and compares every output.
+type simRun struct {
+	t     *testing.T
+	twins map[*tu.Tensor]*tu.Tensor
+	// setup, when set, fills a run's fresh outputs before the call (an
+	// in-place op's starting values)
+	setup func(o []*tu.Tensor)
+}
+
+type out struct {
+	dt    core.DType
+	shape []int64
+}
+
+func newSimRun(t *testing.T) *simRun { return &simRun{t: t, twins: map[*tu.Tensor]*tu.Tensor{}} }
+
+// in is a CPU tensor holding vals, with a Metal twin holding the same.
+func (s *simRun) in(dt core.DType, shape []int64, vals []float64, opts ...tu.Option) *tu.Tensor {
+	c := tu.CPU.New(dt, shape, opts...).Set(vals)
+	s.twins[c] = tu.Metal.New(dt, shape, opts...).Set(vals)
+	return c
+}
+
+func (s *simRun) rand(dt core.DType, shape []int64, scale float64, opts ...tu.Option) *tu.Tensor {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	rng := tu.RNG(s.t)
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = rng.NormFloat64() * scale
+	}
+	return s.in(dt, shape, v, opts...)
+}
+
+func (s *simRun) check(what string, outs []out, tol float64, call func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, enc unsafe.Pointer) error) {
+	t := s.t
+	t.Helper()
+	var got [2][][]float64
+	for run, b := range []tu.Backend{tu.CPU, tu.Metal} {
+		on := func(x *tu.Tensor) *core.Tensor {
+			if x == nil {
+				return nil
+			}
+			if run == 1 {
+				if tw, ok := s.twins[x]; ok {
+					return tw.Ptr()
+				}
+			}
+			return x.Ptr()
+		}
+		os := make([]*tu.Tensor, len(outs))
+		for i, o := range outs {
+			os[i] = b.New(o.dt, o.shape, tu.Offset(1))
+		}
+		if s.setup != nil {
+			s.setup(os)
+		}
+		var err error
+		if run == 0 {
+			err = call(on, os, nil)
+		} else {
+			err = tu.MetalCall(func() error { return call(on, os, tu.MetalEncoder()) })
+		}
+		require.NoError(t, err, "%s on %s", what, b.Name)
+		for _, o := range os {
+			got[run] = append(got[run], o.Values())
+		}
+	}
+	require.Empty(t, tu.MetalErrors(), "%s: what the simulator found", what)
+	for i := range outs {
+		g, w := got[1][i], got[0][i]
+		for j := range g { // the same infinity, or NaN on both
+			if g[j] == w[j] || math.IsNaN(g[j]) && math.IsNaN(w[j]) {
+				g[j], w[j] = 0, 0
+			}
+		}
+		tu.CloseScaled(t, fmt.Sprintf("%s output %d", what, i), g, w, tol, 1)
+	}
+}
+
+func TestMetalSimOps(t *testing.T) {
+	for _, dt := range tu.DTypes {
+		for _, sh := range [][]int64{{1, 1}, {3, 33}, {4, 1031}, {2, 5000}} {
+			rows, cols := sh[0], sh[1]
+			t.Run(fmt.Sprintf("%s %v", dt, sh), func(t *testing.T) {
+				s := newSimRun(t)
+				tol := tu.Tol(dt)
+				x, dy := s.rand(dt, sh, 1), s.rand(dt, sh, 1)
+				w, b := s.rand(dt, []int64{cols}, 1), s.rand(dt, []int64{cols}, 1)
+				res := s.rand(dt, sh, 1, tu.RowPad(3))
+				y, stat, row := out{dt, sh}, out{core.F32, []int64{rows}}, out{dt, []int64{cols}}
+				s.check("rmsnorm", []out{y, stat}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.RMSNormFwd(on(x), on(w), 1e-6, o[0].Ptr(), o[1].Ptr(), e)
+				})
+				s.check("rmsnorm, no weight or rstd", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.RMSNormFwd(on(x), nil, 1e-6, o[0].Ptr(), nil, e)
+				})
+				s.check("fused add", []out{y, y, stat}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.FusedAddRMSNormFwd(on(x), on(res), on(w), 1e-6, o[0].Ptr(), o[1].Ptr(), o[2].Ptr(), e)
+				})
+				s.check("fused add, no rstd", []out{y, y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.FusedAddRMSNormFwd(on(x), on(res), on(w), 1e-6, o[0].Ptr(), o[1].Ptr(), nil, e)
+				})
+				s.check("layernorm", []out{y, stat, stat}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.LayerNormFwd(on(x), on(w), on(b), 1e-5, o[0].Ptr(), o[1].Ptr(), o[2].Ptr(), e)
+				})
+				s.check("layernorm, no affine or stats", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.LayerNormFwd(on(x), nil, nil, 1e-5, o[0].Ptr(), nil, nil, e)
+				})
+				// the statistics the backward takes, computed on the CPU
+				mean, rstd := tu.New(core.F32, []int64{rows}), tu.New(core.F32, []int64{rows})
+				require.NoError(t, norm.LayerNormFwd(x.Ptr(), w.Ptr(), b.Ptr(), 1e-5, tu.New(dt, sh).Ptr(), mean.Ptr(), rstd.Ptr(), nil))
+				mean, rstd = s.in(core.F32, []int64{rows}, mean.Values()), s.in(core.F32, []int64{rows}, rstd.Values())
+				ws := func(on func(*tu.Tensor) *core.Tensor, e unsafe.Pointer, layer bool) *core.Tensor {
+					f := norm.RMSNormBwdWorkspace
+					if layer {
+						f = norm.LayerNormBwdWorkspace
+					}
+					n, err := f(on(x))
+					require.NoError(t, err)
+					if n == 0 {
+						return nil
+					}
+					be := tu.CPU
+					if e != nil {
+						be = tu.Metal
+					}
+					return be.New(core.F32, []int64{n / 4}).Ptr()
+				}
+				s.check("layernorm backward", []out{y, row, row}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.LayerNormBwd(on(dy), on(x), on(w), on(mean), on(rstd), o[0].Ptr(), o[1].Ptr(), o[2].Ptr(), ws(on, e, true), e)
+				})
+				s.check("layernorm backward, dx alone", []out{y}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.LayerNormBwd(on(dy), on(x), on(w), on(mean), on(rstd), o[0].Ptr(), nil, nil, nil, e)
+				})
+				s.check("rmsnorm backward", []out{y, row}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.RMSNormBwd(on(dy), on(x), on(w), on(rstd), o[0].Ptr(), o[1].Ptr(), ws(on, e, false), e)
+				})
+				s.check("rmsnorm backward, no weight", []out{y}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return norm.RMSNormBwd(on(dy), on(x), nil, on(rstd), o[0].Ptr(), nil, nil, e)
+				})
+				s.check("softmax", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return softmax.Fwd(on(x), o[0].Ptr(), e)
+				})
+				s.check("softmax backward", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return softmax.Bwd(on(dy), on(x), o[0].Ptr(), e)
+				})
+				for _, approx := range []int32{activation.GeluErf, activation.GeluTanh} {
+					s.check(fmt.Sprintf("gelu %d", approx), []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return activation.GeluFwd(on(x), approx, o[0].Ptr(), e)
+					})
+					s.check(fmt.Sprintf("gelu %d backward", approx), []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return activation.GeluBwd(on(dy), on(x), approx, o[0].Ptr(), e)
+					})
+				}
+				s.check("silu", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return activation.SiluFwd(on(x), o[0].Ptr(), e)
+				})
+				s.check("silu backward", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return activation.SiluBwd(on(dy), on(x), o[0].Ptr(), e)
+				})
+				for kind := int32(0); kind < 3; kind++ {
+					s.check(fmt.Sprintf("glu %d", kind), []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return activation.GluFwd(on(x), on(dy), kind, o[0].Ptr(), e)
+					})
+					s.check(fmt.Sprintf("glu %d backward", kind), []out{y, y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return activation.GluBwd(on(dy), on(x), on(dy), kind, o[0].Ptr(), o[1].Ptr(), e)
+					})
+				}
+				// cross-entropy: targets in range, one ignored, label smoothing,
+				// a per-row scale
+				tv := make([]float64, rows)
+				for r := range tv {
+					tv[r] = float64((int64(r) * 7919) % cols)
+				}
+				if rows > 1 {
+					tv[1] = -100
+				}
+				target := s.in(core.I64, []int64{rows}, tv)
+				scale := s.rand(core.F32, []int64{rows}, 1)
+				s.check("cross-entropy", []out{stat, y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return loss.CrossEntropy(on(x), on(target), -100, 0.1, on(scale), o[0].Ptr(), o[1].Ptr(), e)
+				})
+				s.check("cross-entropy, loss alone", []out{stat}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return loss.CrossEntropy(on(x), on(target), -100, 0, nil, o[0].Ptr(), nil, e)
+				})
+			})
+		}
+	}
+}
+
+func TestMetalSimRoPE(t *testing.T) {
+	for _, dt := range tu.DTypes {
+		s := newSimRun(t)
+		const B, H, T, D = 2, 3, 5, 8
+		x := s.rand(dt, []int64{B, H, T, D}, 1)
+		cos, sin := s.rand(dt, []int64{1, T, D}, 1), s.rand(dt, []int64{1, T, D}, 1)
+		for _, backward := range []bool{false, true} {
+			s.check(fmt.Sprintf("rope %s backward %v", dt, backward), []out{{dt, []int64{B, H, T, D}}}, tu.Tol(dt),
+				func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return rope.Rope(on(x), on(cos), on(sin), backward, o[0].Ptr(), e)
+				})
+		}
+	}
+}
+
+func TestMetalSimQR(t *testing.T) {
+	for _, c := range []struct {
+		batch, m, n int64
+		mode        int32
+	}{{5, 7, 4, qr.Reduced}, {3, 16, 16, qr.Complete}, {2, 40, 33, qr.ROnly}, {1, 150, 140, qr.Reduced}, {1, 300, 64, qr.Complete}} {
+		s := newSimRun(t)
+		a := s.rand(core.F32, []int64{c.batch, c.m, c.n}, 1)
+		k := min(c.m, c.n)
+		qc := k
+		if c.mode == qr.Complete {
+			qc = c.m
+		}
+		outs := []out{{core.F32, []int64{c.batch, qc, c.n}}}
+		if c.mode != qr.ROnly {
+			outs = []out{{core.F32, []int64{c.batch, c.m, qc}}, {core.F32, []int64{c.batch, qc, c.n}}}
+		}
+		s.check(fmt.Sprintf("qr %+v", c), outs, 1e-4, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+			bytes, err := qr.WorkspaceSize(on(a), c.mode)
+			if err != nil {
+				return err
+			}
+			var ws *core.Tensor
+			if bytes > 0 {
+				be := tu.CPU
+				if e != nil {
+					be = tu.Metal
+				}
+				ws = be.New(core.F32, []int64{bytes / 4}).Ptr()
+			}
+			if c.mode == qr.ROnly {
+				return qr.QR(on(a), c.mode, nil, o[0].Ptr(), ws, e)
+			}
+			return qr.QR(on(a), c.mode, o[0].Ptr(), o[1].Ptr(), ws, e)
+		})
+	}
+}
+
+// AdamW: 70 tensors of several sizes (two of Metal's 64-tensor inline
+// tables), plain, AMSGrad, scaled and capturable; the tensors are reached
+// through their GPU addresses, so each must be made resident.
+func TestMetalSimAdamW(t *testing.T) {
+	sizes := make([]int64, 70)
+	for i := range sizes {
+		sizes[i] = int64(1 + (i*37)%300)
+	}
+	for _, dt := range tu.DTypes {
+		for _, variant := range []string{"plain", "amsgrad", "scaled", "capturable"} {
+			t.Run(fmt.Sprintf("%s %s", dt, variant), func(t *testing.T) {
+				s := newSimRun(t)
+				var p, g, m, v, x []*tu.Tensor
+				for _, n := range sizes {
+					sh := []int64{n}
+					p, g = append(p, s.rand(dt, sh, 1)), append(g, s.rand(dt, sh, 1))
+					m = append(m, s.rand(core.F32, sh, 0.1))
+					sq := make([]float64, n)
+					for j := range sq {
+						sq[j] = 0.01 * float64(1+j%5)
+					}
+					v, x = append(v, s.in(core.F32, sh, sq)), append(x, s.in(core.F32, sh, sq))
+				}
+				var outs []out
+				for _, n := range sizes {
+					outs = append(outs, out{dt, []int64{n}}, out{core.F32, []int64{n}}, out{core.F32, []int64{n}})
+				}
+				cfg := adamw.Config{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Step: 3}
+				if variant == "amsgrad" {
+					cfg.AMSGrad = 1
+				}
+				steps := make([]float64, len(sizes))
+				for i := range steps {
+					steps[i] = 3
+				}
+				gradScale, found := s.in(core.F32, []int64{1}, []float64{2}), s.in(core.F32, []int64{1}, []float64{0})
+				stepT, lrT := s.in(core.F32, []int64{int64(len(sizes))}, steps), s.in(core.F32, []int64{1}, []float64{1e-2})
+				s.setup = func(o []*tu.Tensor) { // the step updates in place
+					for i := range sizes {
+						for j, src := range []*tu.Tensor{p[i], m[i], v[i]} {
+							o[3*i+j].Set(src.Values())
+						}
+					}
+				}
+				s.check("adamw "+variant, outs, tu.Tol(dt), func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					lists := make([][]*core.Tensor, 5)
+					for i := range sizes {
+						for j, k := range []int{0, 2, 3} {
+							lists[k] = append(lists[k], o[3*i+j].Ptr())
+						}
+						lists[1] = append(lists[1], on(g[i]))
+						lists[4] = append(lists[4], on(x[i]))
+					}
+					ptr := func(ts []*core.Tensor) unsafe.Pointer { return unsafe.Pointer(&ts[0]) }
+					l := adamw.Lists{N: int64(len(sizes)), Params: ptr(lists[0]), Grads: ptr(lists[1]), ExpAvgs: ptr(lists[2]),
+						ExpAvgSqs: ptr(lists[3])}
+					if cfg.AMSGrad != 0 {
+						l.MaxExpAvgSqs = ptr(lists[4])
+					}
+					switch variant {
+					case "scaled":
+						return adamw.StepScaled(&cfg, l, adamw.Scaling{GradScale: on(gradScale), FoundInf: on(found)}, e)
+					case "capturable":
+						return adamw.StepCapturable(&cfg, l, adamw.Scaling{FoundInf: on(found)}, adamw.Capture{Steps: on(stepT), LR: on(lrT)}, e)
+					}
+					return adamw.Step(&cfg, l, e)
+				})
+			})
+		}
+	}
+}
