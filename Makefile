@@ -86,7 +86,7 @@ demo: $(LIB) build/demo
 
 PYTHON ?= /usr/bin/python3
 
-test: deps test-generated test-cuda-syntax test-msl test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python test-python-trixie
+test: deps test-generated test-cuda-syntax test-msl test-metal-sim test-go test-portable test-race test-header test-c test-install test-go-api test-arm64 test-darwin test-python test-python-trixie
 	@echo "make test: all passed"
 
 # What the tests and benchmarks need from Debian: checked, and installed with
@@ -141,7 +141,7 @@ $(METALSIM): $(wildcard tests/metal/sim/*.cpp tests/metal/sim/*.h tests/metal/si
 		-DMCSIM_DEFAULT_INCLUDE='"$(CURDIR)/tests/metal/sim/include"' -DMCSIM_DEFAULT_CACHE='"$(CURDIR)/build/metalsim/cache"' \
 		-o $@ tests/metal/sim/objc.cpp tests/metal/sim/exec.cpp tests/metal/sim/switch_amd64.S
 test-metal-sim: $(METALSIM)
-	MC_METAL_SIM=$(CURDIR)/$(METALSIM) $(GO) test -tags metalsim -count=1 -run 'MetalSim' ./ops/ ./backend/metal/
+	MC_METAL_SIM=$(CURDIR)/$(METALSIM) $(GO) test -tags metalsim -count=1 -timeout 30m -run 'MetalSim' ./ops/
 
 test-msl: msl
 	@for f in build/msl/*.metal; do \

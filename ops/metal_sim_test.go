@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"metalcore/backend/metal"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"
@@ -188,7 +189,7 @@ func TestMetalSimOps(t *testing.T) {
 				s.check("softmax", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 					return softmax.Fwd(on(x), o[0].Ptr(), e)
 				})
-				s.check("softmax backward", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+				s.check("softmax backward", []out{y}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 					return softmax.Bwd(on(dy), on(x), o[0].Ptr(), e)
 				})
 				for _, approx := range []int32{activation.GeluErf, activation.GeluTanh} {
@@ -357,4 +358,151 @@ func TestMetalSimAdamW(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The simulator's checks, shown on defects planted one at a time: each
+// must be reported.
+func TestMetalSimCatchesPlantedDefects(t *testing.T) {
+	defer tu.MetalConfig("plant_clear", 0)
+	defer tu.MetalConfig("new_device", 1)
+	found := func(t *testing.T, want string) {
+		t.Helper()
+		tu.MetalFlush()
+		got := tu.MetalErrors()
+		require.Contains(t, got, want, "the simulator must report the planted defect")
+	}
+	// an op's call on the current device, its outputs read back
+	rows := func(t *testing.T, call func(x, w, dy, y, stat, dw, ws *tu.Tensor, enc unsafe.Pointer) error) {
+		sh := []int64{4, 1031}
+		rng := tu.RNG(t)
+		x, dy, w := tu.Metal.New(core.F32, sh), tu.Metal.New(core.F32, sh), tu.Metal.New(core.F32, sh[1:])
+		x.Rand(rng, 1)
+		dy.Rand(rng, 1)
+		w.Rand(rng, 1)
+		y, stat, dw := tu.Metal.New(core.F32, sh), tu.Metal.New(core.F32, sh[:1]), tu.Metal.New(core.F32, sh[1:])
+		n, err := norm.LayerNormBwdWorkspace(x.Ptr())
+		require.NoError(t, err)
+		ws := tu.Metal.New(core.F32, []int64{n / 4})
+		require.NoError(t, tu.MetalCall(func() error { return call(x, w, dy, y, stat, dw, ws, tu.MetalEncoder()) }))
+		y.Values()
+		dw.Values()
+	}
+	rmsnorm := func(x, w, dy, y, stat, dw, ws *tu.Tensor, enc unsafe.Pointer) error {
+		return norm.RMSNormFwd(x.Ptr(), w.Ptr(), 1e-6, y.Ptr(), stat.Ptr(), enc)
+	}
+	rmsnormBwd := func(x, w, dy, y, stat, dw, ws *tu.Tensor, enc unsafe.Pointer) error {
+		require.NoError(t, norm.RMSNormFwd(x.Ptr(), w.Ptr(), 1e-6, tu.Metal.New(core.F32, x.Shape).Ptr(), stat.Ptr(), enc))
+		return norm.RMSNormBwd(dy.Ptr(), x.Ptr(), w.Ptr(), stat.Ptr(), y.Ptr(), dw.Ptr(), ws.Ptr(), enc)
+	}
+	plant := func(from, to string) {
+		tu.MetalFlush() // the open encoder is the old device's
+		tu.MetalConfig("plant_clear", 0)
+		tu.MetalPlant(from, to)
+		tu.MetalConfig("new_device", 1)
+	}
+	t.Run("a barrier removed", func(t *testing.T) {
+		plant("#define MC_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)", "#define MC_BARRIER()")
+		rows(t, rmsnorm)
+		found(t, "race")
+	})
+	t.Run("a barrier's mem_flags weakened", func(t *testing.T) {
+		plant("threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)", "threadgroup_barrier(mem_flags::mem_threadgroup)")
+		rng := tu.RNG(t)
+		a := tu.Metal.New(core.F32, []int64{1, 150, 140})
+		a.Rand(rng, 1)
+		q, r := tu.Metal.New(core.F32, []int64{1, 150, 140}), tu.Metal.New(core.F32, []int64{1, 140, 140})
+		n, err := qr.WorkspaceSize(a.Ptr(), qr.Reduced)
+		require.NoError(t, err)
+		ws := tu.Metal.New(core.F32, []int64{n / 4})
+		require.NoError(t, tu.MetalCall(func() error { return qr.QR(a.Ptr(), qr.Reduced, q.Ptr(), r.Ptr(), ws.Ptr(), tu.MetalEncoder()) }))
+		r.Values()
+		found(t, "race")
+	})
+	t.Run("the plan's barriers dropped", func(t *testing.T) {
+		tu.MetalFlush()
+		tu.MetalConfig("plant_clear", 0)
+		tu.MetalConfig("new_device", 1)
+		tu.MetalConfig("ignore_barriers", 1)
+		defer tu.MetalConfig("ignore_barriers", 0)
+		rows(t, rmsnormBwd)
+		found(t, "race")
+	})
+	// raw dispatches of silu_fwd_f32 (x, y, n, mc_bound) as a defective
+	// caller might make them
+	src, err := metal.Source("silu_fwd_f32")
+	require.NoError(t, err)
+	raw := func(t *testing.T, nilY bool, bytes []byte, length, threads int) {
+		x, y := tu.Metal.New(core.F32, []int64{64}), tu.Metal.New(core.F32, []int64{64})
+		n := tu.Metal.New(core.F32, []int64{2}).Set([]float64{float64(math.Float32frombits(64)), 0})
+		mask := tu.Metal.New(core.F32, []int64{1}).Set([]float64{float64(math.Float32frombits(3))})
+		bufs := []unsafe.Pointer{x.T.Data, y.T.Data, n.T.Data, mask.T.Data}
+		if nilY {
+			bufs[1] = nil
+		}
+		tu.MetalRaw(src, "silu_fwd_f32", bufs, bytes, 2, length, threads)
+	}
+	t.Run("a nil binding", func(t *testing.T) {
+		raw(t, true, nil, 0, 64)
+		found(t, "buffer 1 (mc_p_y) is not bound (nil)")
+	})
+	t.Run("setBytes over 4 KB", func(t *testing.T) {
+		raw(t, false, make([]byte, 5000), 0, 64)
+		found(t, "at most 4 KB inline")
+	})
+	t.Run("threadgroup memory not a multiple of 16", func(t *testing.T) {
+		raw(t, false, nil, 100, 64)
+		found(t, "not a multiple of 16")
+	})
+	t.Run("too many threads", func(t *testing.T) {
+		raw(t, false, nil, 0, 2048)
+		found(t, "the pipeline's maximum is 1024")
+	})
+}
+
+// A device whose pipelines take fewer threads than the kernels ask for
+// (Metal may give a pipeline less than 1024): every op still runs, on
+// smaller threadgroups.
+func TestMetalSimSmallThreadgroups(t *testing.T) {
+	defer tu.MetalConfig("new_device", 1)
+	defer tu.MetalConfig("max_threads", 1024)
+	for _, most := range []int{256, 64} {
+		t.Run(fmt.Sprint(most), func(t *testing.T) {
+			tu.MetalFlush()
+			tu.MetalConfig("max_threads", most)
+			tu.MetalConfig("new_device", 1)
+			TestMetalSimOps(t)
+			TestMetalSimAdamW(t)
+			if most >= 256 {
+				TestMetalSimQR(t)
+				return
+			}
+			// QR's kernels are written for their block sizes: refused,
+			// with nothing encoded
+			a := tu.Metal.New(core.F32, []int64{1, 150, 140})
+			q, r := tu.Metal.New(core.F32, []int64{1, 150, 140}), tu.Metal.New(core.F32, []int64{1, 140, 140})
+			n, err := qr.WorkspaceSize(a.Ptr(), qr.Reduced)
+			require.NoError(t, err)
+			ws := tu.Metal.New(core.F32, []int64{n / 4})
+			before := r.Bytes()
+			err = tu.MetalCall(func() error { return qr.QR(a.Ptr(), qr.Reduced, q.Ptr(), r.Ptr(), ws.Ptr(), tu.MetalEncoder()) })
+			require.Equal(t, core.ErrUnsupportedDevice, core.StatusOf(err), "%v", err)
+			require.Equal(t, before, r.Bytes())
+		})
+	}
+}
+
+// A device whose SIMD groups are not 32 threads wide is refused: every
+// reduction is written for 32.
+func TestMetalSimSIMDWidth(t *testing.T) {
+	defer tu.MetalConfig("new_device", 1)
+	defer tu.MetalConfig("simd_width", 32)
+	tu.MetalFlush()
+	tu.MetalConfig("simd_width", 64)
+	tu.MetalConfig("new_device", 1)
+	x, y := tu.Metal.New(core.F32, []int64{2, 40}), tu.Metal.New(core.F32, []int64{2, 40})
+	err := tu.MetalCall(func() error { return softmax.Fwd(x.Ptr(), y.Ptr(), tu.MetalEncoder()) })
+	require.ErrorContains(t, err, "SIMD groups of 64 threads")
+	require.Equal(t, core.ErrUnsupportedDevice, core.StatusOf(err))
+	tu.MetalFlush()
+	require.Empty(t, tu.MetalErrors())
 }

@@ -138,6 +138,8 @@ import (
 	goruntime "runtime"
 	"sync"
 	"unsafe"
+
+	"metalcore/internal/core"
 )
 
 func init() { Use(&darwin{devices: map[unsafe.Pointer]*deviceState{}}) }
@@ -230,7 +232,8 @@ func (d *darwin) pipeline(dev C.mc_id, kernel string) (pipeline, error) {
 	// every reduction is written for SIMD groups of 32 threads
 	if w := int(C.mc_msg_ulong(pso, cstr("threadExecutionWidth"))); w != SIMDWidth {
 		C.mc_release(pso)
-		return pipeline{}, fmt.Errorf("the device runs SIMD groups of %d threads; metalcore's kernels are written for %d", w, SIMDWidth)
+		return pipeline{}, core.Errorf(core.ErrUnsupportedDevice,
+			"the device runs SIMD groups of %d threads; metalcore's kernels are written for %d", w, SIMDWidth)
 	}
 	p := pipeline{pso: pso, maxThreads: int(C.mc_msg_ulong(pso, cstr("maxTotalThreadsPerThreadgroup")))}
 	s.pipelines[kernel] = p

@@ -19,6 +19,9 @@ static void (*library)(int);
 static int (*config)(const char*, long);
 static char* (*errors_)(void);
 static int (*live_buffers)(void);
+static void (*plant)(const char*, const char*);
+static void (*raw)(void*, const char*, const char*, void* const*, int, const void*, unsigned long, int, unsigned long,
+                   unsigned long);
 
 static const char* sim_open(const char* path) {
 	sim = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
@@ -33,8 +36,10 @@ static const char* sim_open(const char* path) {
 	config = dlsym(sim, "mcsim_config");
 	errors_ = dlsym(sim, "mcsim_errors");
 	live_buffers = dlsym(sim, "mcsim_live_buffers");
+	plant = dlsym(sim, "mcsim_plant");
+	raw = dlsym(sim, "mcsim_raw");
 	if (!new_buffer || !contents || !release_ || !begin || !finish || !host_copy || !library || !config || !errors_ ||
-	    !live_buffers)
+	    !live_buffers || !plant || !raw)
 		return "the Metal simulator lacks a control function";
 	return NULL;
 }
@@ -50,6 +55,11 @@ static void sim_library(int inside) { library(inside); }
 static int sim_config(const char* key, long v) { return config(key, v); }
 static char* sim_errors(void) { return errors_(); }
 static int sim_live_buffers(void) { return live_buffers(); }
+static void sim_plant(const char* from, const char* to) { plant(from, to); }
+static void sim_raw(void* e, const char* src, const char* kernel, void* const* bufs, int n, const void* bytes,
+                    unsigned long nbytes, int index, unsigned long group, unsigned long threads) {
+	raw(e, src, kernel, bufs, n, bytes, nbytes, index, group, threads);
+}
 */
 import "C"
 
@@ -73,6 +83,10 @@ var (
 	simErr  error
 	simMu   sync.Mutex
 	encoder unsafe.Pointer // the open encoder, nil when none
+	// buffers of tensors collected: released at the next flush, since a
+	// tensor may be collected while a library call still encodes its
+	// buffer (the call keeps the buffer, not the Go value)
+	freed []unsafe.Pointer
 	// MetalSerial makes the next encoders serial (MTLDispatchTypeSerial).
 	MetalSerial bool
 )
@@ -127,6 +141,10 @@ func flush() {
 		C.sim_finish(encoder)
 		encoder = nil
 	}
+	for _, b := range freed {
+		C.sim_release(b)
+	}
+	freed = nil
 }
 
 // MetalCall runs f as the library's call: inside it the simulator reports
@@ -198,10 +216,45 @@ func (m *simMemory) CopyOut(dst unsafe.Pointer) error {
 	return nil
 }
 
-// Free releases the buffers (a finalizer's: commands still to run hold
-// their own references, as a command buffer does).
+// Free releases the buffers at the next flush (a finalizer's).
 func (m *simMemory) Free() error {
-	C.sim_release(m.buf)
-	C.sim_release(m.staging)
+	simMu.Lock()
+	defer simMu.Unlock()
+	freed = append(freed, m.buf, m.staging)
 	return nil
+}
+
+// MetalPlant makes every MSL source the simulator compiles from now on
+// have from replaced by to (a planted defect; MetalConfig("new_device", 1)
+// makes the library compile its pipelines again). MetalConfig("plant_clear",
+// 0) removes every plant.
+func MetalPlant(from, to string) {
+	cfrom, cto := C.CString(from), C.CString(to)
+	defer C.free(unsafe.Pointer(cfrom))
+	defer C.free(unsafe.Pointer(cto))
+	C.sim_plant(cfrom, cto)
+}
+
+// MetalRaw encodes one dispatch of kernel, from its MSL source, on the open
+// encoder as a defective caller might: buffers at indices 0.. as given (nil
+// included), bytes at index, length bytes of threadgroup memory, one
+// threadgroup of threads.
+func MetalRaw(source, kernel string, buffers []unsafe.Pointer, bytes []byte, index, length, threads int) {
+	simMu.Lock()
+	defer simMu.Unlock()
+	csrc, ck := C.CString(source), C.CString(kernel)
+	defer C.free(unsafe.Pointer(csrc))
+	defer C.free(unsafe.Pointer(ck))
+	cbufs := C.malloc(C.size_t(8 * (len(buffers) + 1)))
+	defer C.free(cbufs)
+	for i, b := range buffers {
+		*(*unsafe.Pointer)(unsafe.Add(cbufs, 8*i)) = b
+	}
+	var cbytes unsafe.Pointer
+	if len(bytes) > 0 {
+		cbytes = C.CBytes(bytes)
+		defer C.free(cbytes)
+	}
+	C.sim_raw(openEncoder(), csrc, ck, (*unsafe.Pointer)(cbufs), C.int(len(buffers)), cbytes, C.ulong(len(bytes)), C.int(index),
+		C.ulong(length), C.ulong(threads))
 }

@@ -95,7 +95,8 @@ func normBwdMetal(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.V
 			continue
 		}
 		// gradient i's partials: a row of cols in each block's ncol rows
-		p.Dispatch(dialect.Kernel("column_sum", x.DType), (x.Cols+31)/32, 256,
+		sum := dialect.Kernel("column_sum", x.DType)
+		p.Dispatch(sum, (x.Cols+31)/32, p.Threads(sum, 256),
 			metal.BufAt(ws, int64(i*x.Cols*4), partialBytes(x, ncol, blocks)-int64(i*x.Cols*4)), metal.I32(blocks),
 			metal.I64(int64(ncol*x.Cols)), metal.I32(x.Cols), metal.Buf(g))
 	}

@@ -461,22 +461,23 @@ MC_INSTANTIATE_GROUP(rmsnorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_PAR
 MC_INSTANTIATE_GROUP(layernorm_bwd, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 
-// out[c] = sum over blocks b of partial[b*stride + c]. A block of 256
-// threads takes 32 columns: 8 groups each sum every 8th partial row, then
-// the groups' sums add in group order, so the result does not depend on
-// timing (deterministic). part: 8 rows of 33 floats.
+// out[c] = sum over blocks b of partial[b*stride + c]. A block of up to 256
+// threads takes 32 columns: its groups of 32 (8 at most) each sum every
+// ng-th partial row, then the groups' sums add in group order, so the
+// result does not depend on timing (deterministic). part: 8 rows of 33
+// floats.
 template <class D>
 MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, MC_GLOBAL const float* partial, int blocks, mc_i64 stride,
                           int cols, MC_GLOBAL void* out) {
-    int lane = MC_TID & 31, group = MC_TID >> 5;
+    int lane = MC_TID & 31, group = MC_TID >> 5, ng = MC_NTHREADS >> 5;
     int c = (int)(MC_BLOCK * 32 + lane);
     float s = 0.f;
     if (c < cols)
-        for (int b = group; b < blocks; b += 8) s += partial[b * stride + c];
+        for (int b = group; b < blocks; b += ng) s += partial[b * stride + c];
     part[group * 33 + lane] = s;
     MC_BARRIER();
     if (group == 0 && c < cols) {
-        for (int g = 1; g < 8; g++) s += part[g * 33 + lane];
+        for (int g = 1; g < ng; g++) s += part[g * 33 + lane];
         D::store((MC_GLOBAL typename D::T*)out + c, s);
     }
 }

@@ -1,6 +1,7 @@
 package qr
 
 import (
+	"strings"
 	"unsafe"
 
 	"metalcore/backend/metal"
@@ -42,6 +43,15 @@ func qrMetal(s shapes, av, qv, rv, ws *core.View, enc unsafe.Pointer) error {
 			default:
 				margs[i] = metal.BufAt(a.view, a.at, a.n)
 			}
+		}
+		// the copies in and out loop over their threads; every other
+		// kernel is written for its block size
+		if most := p.Threads(kernel, block); most < block {
+			if !strings.HasPrefix(kernel, "qr_load_") && !strings.HasPrefix(kernel, "qr_store_") {
+				return core.Errorf(core.ErrUnsupportedDevice,
+					"mc_qr: the device runs %s on at most %d threads a threadgroup; it needs %d", kernel, most, block)
+			}
+			block = most
 		}
 		p.DispatchWith(kernel, grid, block, shared, nil, margs...)
 		return nil

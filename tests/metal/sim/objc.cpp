@@ -69,6 +69,9 @@ static std::unordered_map<std::string, ClassObject*>& classes() {
     return *m;
 }
 static Class common{"NSObject"};
+// a released object keeps its memory, marked freed: a message to it is
+// reported, not a crash
+static Class freed{"a freed object"};
 
 static long ret_zero() { return 0; }
 
@@ -102,6 +105,10 @@ __attribute__((visibility("default"))) IMP mcsim_lookup(Object* self, const char
         if (host_only.count(s)) fail("the library sent [%s], which only the host may (it never ends, commits or waits)", s);
     }
     if (!self) return (IMP)ret_zero;
+    if (self->isa == &freed) {
+        fail("[%s] sent to a freed object", s);
+        return (IMP)ret_zero;
+    }
     IMP f = find(self, s);
     if (!f) {
         fail("unrecognized selector [%s %s]", self->isa->name, s);
@@ -142,9 +149,11 @@ __attribute__((visibility("default"))) void objc_autoreleasePoolPop(void* token)
 // ---- objects ----
 
 static void release(Object* o) {
-    if (--o->refs == 0) {
+    int left = --o->refs;
+    if (left == 0) {
         if (o->isa->destroy) o->isa->destroy(o);
-    } else if (o->refs < 0) {
+        o->isa = &freed;
+    } else if (left < 0) {
         fail("%s released more often than retained", o->isa->name);
     }
 }
@@ -220,6 +229,7 @@ struct CommandBuffer : Object {
 };
 struct Encoder : Object {
     CommandBuffer* cb;
+    Object* device;
     bool concurrent, ended = false;
     Pipeline* pipeline = nullptr;
     Binding bindings[31];
@@ -233,7 +243,7 @@ struct Encoder : Object {
 
 static Class *StringClass, *ErrorClass, *OptionsClass, *DeviceClass, *LibraryClass, *FunctionClass, *PipelineClass,
     *BufferClass, *QueueClass, *CommandBufferClass, *EncoderClass;
-static Device* the_device;
+static Device* the_device;  // the default device, and that of new encoders
 static int live_buffers;
 
 static String* string(const std::string& s) {
@@ -340,8 +350,8 @@ static Object* b_device(Buffer* self, SEL) { return self->device; }
 static void b_destroy(Object* o) {
     Buffer* b = (Buffer*)o;
     storage_free(b->st);
+    b->st = nullptr;
     live_buffers--;
-    delete b;
 }
 
 // MTLCommandQueue, MTLCommandBuffer
@@ -354,6 +364,7 @@ static Encoder* new_encoder(CommandBuffer* cb, NSUInteger type) {
         if (!e->ended) fail("a compute encoder was made while another of the command buffer is open");
     Encoder* e = make<Encoder>(EncoderClass);
     e->cb = cb;
+    e->device = the_device;
     e->concurrent = type == 1;  // MTLDispatchTypeConcurrent
     cb->encoders.push_back(e);  // the command buffer's reference
     return e;
@@ -385,7 +396,6 @@ static void cb_wait(CommandBuffer* self, SEL) {
 static void cb_destroy(Object* o) {
     CommandBuffer* cb = (CommandBuffer*)o;
     for (Encoder* e : cb->encoders) release(e);
-    delete cb;
 }
 
 // MTLComputeCommandEncoder
@@ -393,7 +403,7 @@ static bool open(Encoder* e, const char* what) {
     if (e->ended) fail("%s on an ended encoder", what);
     return !e->ended;
 }
-static Object* enc_device(Encoder*, SEL) { return the_device; }
+static Object* enc_device(Encoder* self, SEL) { return self->device; }
 static NSUInteger enc_type(Encoder* self, SEL) { return self->concurrent ? 1 : 0; }
 static void enc_pipeline(Encoder* self, SEL, Pipeline* p) {
     if (open(self, "setComputePipelineState:")) self->pipeline = p;
@@ -450,8 +460,9 @@ static void enc_barrier(Encoder* self, SEL, NSUInteger scope) {
 }
 
 // Metal's API validation of a dispatch, against the kernel's declaration
-static void validate(Encoder* e, const Kernel* k, const MTLSize& groups, const MTLSize& threads) {
+static bool validate(Encoder* e, const Kernel* k, const MTLSize& groups, const MTLSize& threads) {
     const char* name = k->name.c_str();
+    int before = error_count;
     long most = config.max_threads;
     if (k->max_threads > 0) most = std::min<long>(most, k->max_threads);
     uint64_t n = threads.width * threads.height * threads.depth;
@@ -482,6 +493,7 @@ static void validate(Encoder* e, const Kernel* k, const MTLSize& groups, const M
     }
     if (dynamic > (uint64_t)config.group_memory)
         fail("%s: %lu bytes of threadgroup memory, the device has %ld", name, (unsigned long)dynamic, config.group_memory);
+    return error_count == before;
 }
 
 static void enc_dispatch(Encoder* self, SEL, MTLSize groups, MTLSize threads) {
@@ -490,7 +502,7 @@ static void enc_dispatch(Encoder* self, SEL, MTLSize groups, MTLSize threads) {
         fail("dispatch with no pipeline set");
         return;
     }
-    validate(self, self->pipeline->kernel, groups, threads);
+    if (!validate(self, self->pipeline->kernel, groups, threads)) return;  // Metal would stop here
     Command c;
     c.kernel = self->pipeline->kernel;
     c.program = self->pipeline->program;
@@ -508,41 +520,31 @@ static void enc_end(Encoder* self, SEL) {
     if (self->ended) fail("endEncoding twice");
     self->ended = true;
 }
-static void enc_destroy(Object* o) { delete (Encoder*)o; }
-static void plain_destroy(Object* o) { delete o; }
-static void lib_destroy(Object* o) { delete (Library*)o; }
-static void fn_destroy(Object* o) { delete (Function*)o; }
-static void pso_destroy(Object* o) { delete (Pipeline*)o; }
-static void str_destroy(Object* o) { delete (String*)o; }
-static void err_destroy(Object* o) { delete (Error*)o; }
-static void opt_destroy(Object* o) { delete (Options*)o; }
 
 static void define_classes() {
     common.methods[sel("retain")] = (IMP)o_retain;
     common.methods[sel("release")] = (IMP)o_release;
     common.methods[sel("autorelease")] = (IMP)o_autorelease;
     common.methods[sel("respondsToSelector:")] = (IMP)o_responds;
-    StringClass = define("NSString", {M("initWithUTF8String:", s_init), M("UTF8String", s_utf8)}, {M("alloc", s_alloc)},
-                         str_destroy);
-    ErrorClass = define("NSError", {M("localizedDescription", e_describe)}, {}, err_destroy);
+    StringClass = define("NSString", {M("initWithUTF8String:", s_init), M("UTF8String", s_utf8)}, {M("alloc", s_alloc)});
+    ErrorClass = define("NSError", {M("localizedDescription", e_describe)}, {});
     OptionsClass = define("MTLCompileOptions",
                           {M("init", o_init), M("setMathMode:", opt_math_mode),
                            M("setMathFloatingPointFunctions:", opt_fp_functions), M("setFastMathEnabled:", opt_fast_math)},
-                          {M("alloc", opt_alloc)}, opt_destroy);
+                          {M("alloc", opt_alloc)});
     DeviceClass = define("MTLDevice",
                          {M("newLibraryWithSource:options:error:", d_library),
                           M("newComputePipelineStateWithFunction:error:", d_pipeline),
                           M("newBufferWithLength:options:", d_buffer), M("newCommandQueue", d_queue), M("name", d_name)});
-    LibraryClass = define("MTLLibrary", {M("newFunctionWithName:", l_function)}, {}, lib_destroy);
-    FunctionClass = define("MTLFunction", {}, {}, fn_destroy);
+    LibraryClass = define("MTLLibrary", {M("newFunctionWithName:", l_function)}, {});
+    FunctionClass = define("MTLFunction", {}, {});
     PipelineClass = define("MTLComputePipelineState",
-                           {M("maxTotalThreadsPerThreadgroup", p_max_threads), M("threadExecutionWidth", p_width)}, {},
-                           pso_destroy);
+                           {M("maxTotalThreadsPerThreadgroup", p_max_threads), M("threadExecutionWidth", p_width)}, {});
     BufferClass = define("MTLBuffer",
                          {M("contents", b_contents), M("length", b_length), M("gpuAddress", b_address),
                           M("device", b_device)},
                          {}, b_destroy);
-    QueueClass = define("MTLCommandQueue", {M("commandBuffer", q_buffer)}, {}, plain_destroy);
+    QueueClass = define("MTLCommandQueue", {M("commandBuffer", q_buffer)}, {});
     CommandBufferClass = define("MTLCommandBuffer",
                                 {M("computeCommandEncoder", cb_encoder),
                                  M("computeCommandEncoderWithDispatchType:", cb_encoder_typed), M("commit", cb_commit),
@@ -555,7 +557,7 @@ static void define_classes() {
                            M("setThreadgroupMemoryLength:atIndex:", enc_group_memory),
                            M("useResource:usage:", enc_use), M("memoryBarrierWithScope:", enc_barrier),
                            M("dispatchThreadgroups:threadsPerThreadgroup:", enc_dispatch), M("endEncoding", enc_end)},
-                          {}, enc_destroy);
+                          {});
     the_device = make<Device>(DeviceClass);
     the_device->refs = 1 << 30;
 }
@@ -591,6 +593,12 @@ __attribute__((visibility("default"))) void mcsim_finish(void* encoder) {
     release(e->cb);
 }
 
+// a planted defect: every MSL source compiled from now on has from
+// replaced by to
+__attribute__((visibility("default"))) void mcsim_plant(const char* from, const char* to) {
+    plants().push_back({from, to});
+}
+
 // a host's own dispatch on encoder: copy bytes (even) from src to dst, as
 // a framework's copy kernel would (through the simulator's MSL)
 __attribute__((visibility("default"))) void mcsim_host_copy(void* encoder, void* dst, unsigned long dst_offset,
@@ -607,6 +615,15 @@ __attribute__((visibility("default"))) int mcsim_config(const char* key, long va
                 {"group_memory", &config.group_memory},
                 {"ignore_barriers", &config.ignore_barriers},
                 {"reverse_concurrent", &config.reverse_concurrent}};
+    if (!strcmp(key, "new_device")) {  // pipelines compiled afresh, under the settings now in force
+        the_device = make<Device>(DeviceClass);
+        the_device->refs = 1 << 30;
+        return 0;
+    }
+    if (!strcmp(key, "plant_clear")) {
+        plants().clear();
+        return 0;
+    }
     for (auto& k : keys)
         if (!strcmp(k.name, key)) {
             *k.field = value;
@@ -664,6 +681,32 @@ extern "C" void mcsim_host_copy(void* encoder, void* dst, unsigned long dst_offs
     enc_buffer(e, nullptr, (Buffer*)dst, dst_offset, 1);
     unsigned n = bytes / 2;
     enc_bytes(e, nullptr, &n, 4, 2);
-    MTLSize g{(n + 255) / 256, 1, 1}, t{256, 1, 1};
+    MTLSize g{(n + 31) / 32, 1, 1}, t{32, 1, 1};
+    enc_dispatch(e, nullptr, g, t);
+}
+
+// one dispatch of kernel (from source) as a defective caller might make it:
+// buffers 0..n-1 as given (nil included), bytes at bytes_index, the
+// threadgroup memory length at index 0, one threadgroup of threads
+extern "C" __attribute__((visibility("default"))) void mcsim_raw(void* encoder, const char* source, const char* kernel,
+                                                                 void* const* buffers, int n, const void* bytes,
+                                                                 unsigned long nbytes, int bytes_index,
+                                                                 unsigned long group_memory, unsigned long threads) {
+    std::string err;
+    auto prog = compile(source, &err);
+    if (!prog || !prog->kernels.count(kernel)) {
+        fail("mcsim_raw: %s", prog ? "no such kernel" : err.c_str());
+        return;
+    }
+    Pipeline* p = make<Pipeline>(PipelineClass);
+    p->program = prog;
+    p->kernel = &prog->kernels.at(kernel);
+    Encoder* e = (Encoder*)encoder;
+    enc_pipeline(e, nullptr, p);
+    for (int i = 0; i < n; i++) enc_buffer(e, nullptr, (Buffer*)buffers[i], 0, i);
+    if (bytes) enc_bytes(e, nullptr, bytes, nbytes, bytes_index);
+    if (group_memory) enc_group_memory(e, nullptr, group_memory, 0);
+    MTLSize g{1, 1, 1}, t{threads, 1, 1};
+    enc_barrier(e, nullptr, 1);  // after the host's copies of its inputs
     enc_dispatch(e, nullptr, g, t);
 }

@@ -77,6 +77,8 @@ struct Program {
     void* handle;
     std::map<std::string, Kernel> kernels;
 };
+// the planted defects: replacements made in every source compiled
+std::vector<std::pair<std::string, std::string>>& plants();
 // compile MSL source (cached by its text); nullptr with *err on failure
 std::shared_ptr<Program> compile(const std::string& source, std::string* err);
 
