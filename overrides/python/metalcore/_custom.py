@@ -243,7 +243,7 @@ def adamw_step(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor]
                maximize: bool) -> None:
     config = _kernels.AdamWConfig(lr, beta1, beta2, eps, weight_decay, step, amsgrad, maximize)
     _kernels.adamw_step(_tables(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), len(params), config,
-                        grad_scale, found_inf, _kernels.encoder(params[0]))
+                        grad_scale, found_inf, params[0])
 
 
 @adamw_step.register_fake
@@ -260,7 +260,7 @@ def adamw_step_capturable(params: List[Tensor], grads: List[Tensor], exp_avgs: L
                           maximize: bool) -> None:
     config = _kernels.AdamWConfig(lr, beta1, beta2, eps, weight_decay, 1, amsgrad, maximize)
     _kernels.adamw_step_capturable(_tables(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), len(params),
-                                   config, grad_scale, found_inf, steps, lr_tensor, _kernels.encoder(params[0]))
+                                   config, grad_scale, found_inf, steps, lr_tensor, params[0])
 
 
 @adamw_step_capturable.register_fake

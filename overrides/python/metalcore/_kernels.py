@@ -9,7 +9,7 @@ import math
 import torch
 
 from . import _lib
-from ._lib import CALLS, check, describe, described, encoder, form, lib
+from ._lib import CALLS, call, check, describe, described, form, lib
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -64,7 +64,7 @@ def rms_norm(x, weight, eps, want_rstd=True):
     rstd = _row_stats(x) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
     a = described(("rmsnorm_fwd", form(x), form(weight), want_rstd), (x, weight, y, rstd))
-    check(_rmsnorm_fwd(a[0], a[1], eps, a[2], a[3], encoder(x)))
+    check(call(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3]))
     return y, rstd
 
 
@@ -77,7 +77,7 @@ def rms_norm_backward(dy, x, weight, rstd, want_dw):
     CALLS["rmsnorm_bwd"] += 1
     a = described(("rmsnorm_bwd", form(dy), form(x), form(weight), form(rstd), form(ws), want_dw),
                   (dy, x, weight, rstd, dx, dw, ws))
-    check(_rmsnorm_bwd(a[0], a[1], a[2], a[3], a[4], a[5], a[6], encoder(x)))
+    check(call(_rmsnorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6]))
     return dx, dw
 
 
@@ -92,7 +92,7 @@ def layer_norm(x, weight, bias, eps, want_stats=True):
     CALLS["layernorm_fwd"] += 1
     a = described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats),
                   (x, weight, bias, y, stats, stats), _STATS_HALVES)
-    check(_layernorm_fwd(a[0], a[1], a[2], eps, a[3], a[4], a[5], encoder(x)))
+    check(call(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5]))
     return y, stats
 
 
@@ -109,7 +109,7 @@ def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
     CALLS["layernorm_bwd"] += 1
     a = described(("layernorm_bwd", form(dy), form(x), form(weight), form(stats), form(ws), want_dw, want_db),
                   (dy, x, weight, stats, stats, dx, dw, db, ws), _BACKWARD_STATS_HALVES)
-    check(_layernorm_bwd(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], encoder(x)))
+    check(call(_layernorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]))
     return dx, dw, db
 
 
@@ -118,7 +118,7 @@ def softmax(x, upcast=False):
     y = torch.empty_like(x, dtype=torch.float32) if upcast else torch.empty_like(x)
     CALLS["softmax_fwd"] += 1
     a = described(("softmax_fwd", form(x), upcast), (x, y))
-    check(_softmax_fwd(a[0], a[1], encoder(x)))
+    check(call(_softmax_fwd, x, a[0], a[1]))
     return y
 
 
@@ -127,7 +127,7 @@ def softmax_backward(dy, y):
     dx = torch.empty_like(y)
     CALLS["softmax_bwd"] += 1
     a = described(("softmax_bwd", form(dy), form(y)), (dy, y, dx))
-    check(_softmax_bwd(a[0], a[1], a[2], encoder(y)))
+    check(call(_softmax_bwd, y, a[0], a[1], a[2]))
     return dx
 
 
@@ -137,7 +137,7 @@ def _unary(name, fn, x, *args):
     CALLS[name] += 1
     y = torch.empty_like(x)
     a = described((name, form(x)), (x, y))
-    check(fn(a[0], *args, a[1], encoder(x)))
+    check(call(fn, x, a[0], *args, a[1]))
     return y
 
 
@@ -147,7 +147,7 @@ def _unary_grad(name, fn, dy, x, *args):
     dy = dy.contiguous()
     dx = torch.empty_like(x)
     a = described((name, form(dy), form(x)), (dy, x, dx))
-    check(fn(a[0], a[1], *args, a[2], encoder(x)))
+    check(call(fn, x, a[0], a[1], *args, a[2]))
     return dx
 
 
@@ -175,7 +175,7 @@ def glu(gate, up, kind):
     y = torch.empty_like(gate)
     CALLS["glu_fwd"] += 1
     a = described(("glu_fwd", form(gate), form(up)), (gate, up, y))
-    check(_glu_fwd(a[0], a[1], kind, a[2], encoder(gate)))
+    check(call(_glu_fwd, gate, a[0], a[1], kind, a[2]))
     return y
 
 
@@ -185,7 +185,7 @@ def glu_backward(dy, gate, up, kind):
     dg, du = torch.empty_like(gate), torch.empty_like(up)
     CALLS["glu_bwd"] += 1
     a = described(("glu_bwd", form(dy), form(gate), form(up)), (dy, gate, up, dg, du))
-    check(_glu_bwd(a[0], a[1], a[2], kind, a[3], a[4], encoder(gate)))
+    check(call(_glu_bwd, gate, a[0], a[1], a[2], kind, a[3], a[4]))
     return dg, du
 
 
@@ -196,7 +196,7 @@ def rope(x, cos, sin, backward=False):
     y = x.new_empty(x.shape)
     CALLS["rope"] += 1
     a = described(("rope", form(x), form(cos), form(sin)), (x, cos, sin, y))
-    check(_rope(a[0], a[1], a[2], int(backward), a[3], encoder(x)))
+    check(call(_rope, x, a[0], a[1], a[2], int(backward), a[3]))
     return y
 
 
@@ -205,7 +205,7 @@ def fused_add_rms_norm(x, residual, weight, eps):
     y, out = torch.empty_like(x), torch.empty_like(residual)
     CALLS["fused_add_rmsnorm_fwd"] += 1
     a = described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), (x, residual, weight, y, out))
-    check(_fused_add_fwd(a[0], a[1], a[2], eps, a[3], a[4], None, encoder(x)))
+    check(call(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None))
     return y, out
 
 
@@ -218,7 +218,7 @@ def cross_entropy(logits, target, ignore_index, smoothing, scale, grad=None):
     CALLS["cross_entropy"] += 1
     a = described(("cross_entropy", form(logits), form(target), form(scale), form(grad)),
                   (logits, target, scale, loss, grad))
-    check(_cross_entropy(a[0], a[1], ignore_index, smoothing, a[2], a[3], a[4], encoder(logits)))
+    check(call(_cross_entropy, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3], a[4]))
     return loss
 
 
@@ -248,7 +248,7 @@ def qr(a, mode):
     ws = _workspace(_qr_workspace, a, code)
     CALLS["qr"] += 1
     d = described(("qr", form(a), code, form(ws)), (a, q, r, ws))
-    check(_qr(d[0], code, d[1], d[2], d[3], encoder(a)))
+    check(call(_qr, a, d[0], code, d[1], d[2], d[3]))
     return (q if q is not None else a.new_empty(0)), r
 
 
@@ -284,23 +284,23 @@ class TensorTable:
         _lib.DATA.pack_into(self.buffer, i * _lib.SLOT_BYTES, data)
 
 
-def adamw_step(tables, n, config, grad_scale, found_inf, queue):
+def adamw_step(tables, n, config, grad_scale, found_inf, on):
     """One library call stepping the n tensors of tables (params, grads,
     exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None: TensorTables) with
     config (an AdamWConfig), dividing the gradients by grad_scale and
     skipping everything where found_inf is set (one-element float32 tensors
-    on the tensors' device, or None)."""
+    on the tensors' device, or None); on is a tensor of that device."""
     CALLS["adamw_step_scaled"] += 1
-    check(lib.mc_adamw_step_scaled(ctypes.addressof(config), n, *_addresses(tables), describe(grad_scale, 0),
-                                   describe(found_inf, 1), queue))
+    check(call(lib.mc_adamw_step_scaled, on, ctypes.addressof(config), n, *_addresses(tables),
+               describe(grad_scale, 0), describe(found_inf, 1)))
 
 
-def adamw_step_capturable(tables, n, config, grad_scale, found_inf, steps, lr, queue):
+def adamw_step_capturable(tables, n, config, grad_scale, found_inf, steps, lr, on):
     """adamw_step reading each tensor's step number (steps, float32 [n]) and
     optionally the lr (a one-element float32 tensor) on the device."""
     CALLS["adamw_step_capturable"] += 1
-    check(lib.mc_adamw_step_capturable(ctypes.addressof(config), n, *_addresses(tables), describe(grad_scale, 0),
-                                       describe(found_inf, 1), describe(steps, 2), describe(lr, 3), queue))
+    check(call(lib.mc_adamw_step_capturable, on, ctypes.addressof(config), n, *_addresses(tables),
+               describe(grad_scale, 0), describe(found_inf, 1), describe(steps, 2), describe(lr, 3)))
 
 
 def _addresses(tables):

@@ -244,14 +244,21 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 def encoder(t):
     """The queue to encode on: the raw handle of the tensor's device's current
-    stream, the current MPS compute encoder, or None on the CPU."""
+    stream, or None on the CPU (MPS: see call)."""
     if t.is_cuda:
         if _raw_stream is not None:
             return _raw_stream(t.get_device())
         return torch.cuda.current_stream(t.device).cuda_stream
-    if t.is_mps:  # PyTorch's current compute encoder (see _mps)
-        return _mps_route()[0].encoder()
     return None
+
+
+def call(fn, t, *args):
+    """fn(*args, encoder) for t's device: the library call's status. An MPS
+    call runs on PyTorch's stream queue with its current compute encoder
+    (see _mps)."""
+    if t.is_mps:
+        return _mps_route()[0].run(fn, args)
+    return fn(*args, encoder(t))
 
 
 # ---- calling the library --------------------------------------------------------------

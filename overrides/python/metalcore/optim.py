@@ -77,6 +77,7 @@ class _Batch:
         self.states = []  # each row's optimizer state
         self.steps = []  # the state's step tensors
         self.counter = None  # once shared: the tensor the steps are views of
+        self.in_flight = ()  # what the last capturable step reached by address (kept until the next)
         self.tables = None
 
     def share_steps(self):
@@ -363,7 +364,7 @@ class AdamW(torch.optim.Optimizer):
                                            step, bool(group["amsgrad"]), bool(group["maximize"]))
             return
         _kernels.adamw_step(batch.tables, len(batch.rows), self._config(group, float(group["lr"]), step), scale, inf,
-                            _lib.encoder(batch.rows[0][0]))
+                            batch.rows[0][0])
 
     def _capturable_step(self, group, batch, scale, inf, compiled):
         """Steps every tensor of the batch, each reading its step number (its
@@ -386,7 +387,12 @@ class AdamW(torch.optim.Optimizer):
                 group["weight_decay"], steps, lr_tensor, bool(group["amsgrad"]), bool(group["maximize"]))
         else:
             _kernels.adamw_step_capturable(batch.tables, len(batch.rows), self._config(group, lr_value, 1), scale,
-                                           inf, steps, lr_tensor, _lib.encoder(batch.rows[0][0]))
+                                           inf, steps, lr_tensor, batch.rows[0][0])
+        # the kernel reaches these through their device addresses alone (Metal's
+        # tables): they stay referenced until the batch's next step, not just
+        # this call, so no buffer of theirs is freed or reused under work
+        # still queued
+        batch.in_flight = (steps, lr_tensor, scale, inf)
         if batch.counter is not None:
             if inf is not None:
                 batch.counter.sub_(inf)

@@ -21,31 +21,73 @@ def fresh():
     _mps.warn_unavailable.cache_clear()
 
 
+QUEUE = 0x7000
+
+
 def fake_libtorch(monkeypatch, stream=0x5000, missing=()):
-    """Fakes macOS, an MPS device and libtorch's two functions: the current
-    stream is `stream`, its encoder stream + 0x10 (kept alive by the test)."""
-    stream_fn = ctypes.CFUNCTYPE(ctypes.c_void_p)(lambda: stream)
-    encoder_fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda s: s + 0x10)
-    table = {_mps.STREAM_SYMBOL: stream_fn, _mps.ENCODER_SYMBOL: encoder_fn}
+    """Fakes macOS, an MPS device, libtorch's three functions and
+    dispatch_sync_f: the current stream is `stream`, its encoder stream +
+    0x10, asked for only on the stream's queue (where `log` records what
+    ran); the table keeps the callbacks alive."""
+    log = {"on_queue": False, "encoders": [], "queues": []}
+
+    def encoder(s):
+        log["encoders"].append(log["on_queue"])
+        return s + 0x10
+
+    def sync(queue, context, work):
+        log["queues"].append(queue)
+        log["on_queue"] = True
+        try:
+            work(context)
+        finally:
+            log["on_queue"] = False
+
+    table = {_mps.STREAM_SYMBOL: ctypes.CFUNCTYPE(ctypes.c_void_p)(lambda: stream),
+             _mps.ENCODER_SYMBOL: ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(encoder),
+             _mps.QUEUE_SYMBOL: ctypes.CFUNCTYPE(ctypes.c_void_p)(lambda: QUEUE),
+             "dispatch_sync_f": ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, _mps._WORK)(sync)}
     monkeypatch.setattr(sys, "platform", "darwin")
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    monkeypatch.setattr(_mps, "_lookup", lambda name: 0 if name in missing else
+    monkeypatch.setattr(_mps, "_lookup", lambda name, images: 0 if name in missing else
                         ctypes.cast(table[name], ctypes.c_void_p).value)
-    return table
+    return table, log
 
 
-def test_route_finds_the_current_streams_encoder(fresh, monkeypatch):
-    keep = fake_libtorch(monkeypatch)
+def test_route_encodes_on_the_streams_queue(fresh, monkeypatch):
+    """PyTorch encodes inside dispatch_sync on the stream's serial queue; a
+    call through the route asks for the encoder and encodes there too."""
+    keep, log = fake_libtorch(monkeypatch)
     route, why = _mps.probe(True)
     assert why is None and keep
-    assert route.encoder() == 0x5010
+    seen = []
+    status = route.run(lambda a, b, enc: seen.append((a, b, enc, log["on_queue"])) or 7, (1, 2))
+    assert status == 7 and seen == [(1, 2, 0x5010, True)]
+    assert log["encoders"] == [True] and log["queues"] == [QUEUE]
 
 
-@pytest.mark.parametrize("missing", [(_mps.STREAM_SYMBOL,), (_mps.ENCODER_SYMBOL,)])
+@pytest.mark.parametrize("missing", [(_mps.STREAM_SYMBOL,), (_mps.ENCODER_SYMBOL,), (_mps.QUEUE_SYMBOL,)])
 def test_a_missing_symbol_is_named(fresh, monkeypatch, missing):
     fake_libtorch(monkeypatch, missing=missing)
     route, why = _mps.probe(True)
-    assert route is None and "getCurrentMPSStream" in why
+    assert route is None and "getCurrentMPSStream" in why and "get_dispatch_queue" in why
+
+
+def test_no_dispatch_sync_no_route(fresh, monkeypatch):
+    fake_libtorch(monkeypatch, missing=("dispatch_sync_f",))
+    route, why = _mps.probe(True)
+    assert route is None and "dispatch_sync_f" in why
+
+
+def test_lookup_searches_the_named_images():
+    """Symbols come from libtorch's own images (the first that exports one),
+    not the global namespace, which has them only under RTLD_GLOBAL."""
+    import ctypes.util
+    libc = ctypes.util.find_library("c")
+    assert _mps._lookup("strlen", ["/nonexistent/libtorch_cpu.dylib", libc]) != 0
+    assert _mps._lookup("no_such_symbol_anywhere", [libc]) == 0
+    assert _mps._lookup("strlen", []) == 0
+    assert all(p.endswith(".dylib") and "torch" in p for p in _mps.torch_images())
 
 
 def test_no_metal_backend_no_route(fresh, monkeypatch):
