@@ -10,7 +10,7 @@ import (
 )
 
 // Runtime is what puts a plan on a device: on darwin the Objective-C layer
-// (runtime_darwin.go), in tests a recording fake or one that runs the
+// (runtime_objc.go), in tests a recording fake or one that runs the
 // commands through another backend.
 type Runtime interface {
 	// Available reports why Metal cannot run (nil when it can).
