@@ -140,7 +140,15 @@ $(METALSIM): $(wildcard tests/metal/sim/*.cpp tests/metal/sim/*.h tests/metal/si
 	clang++-14 -std=c++17 -O2 -fPIC -shared -Wall -Werror \
 		-DMCSIM_DEFAULT_INCLUDE='"$(CURDIR)/tests/metal/sim/include"' -DMCSIM_DEFAULT_CACHE='"$(CURDIR)/build/metalsim/cache"' \
 		-o $@ tests/metal/sim/objc.cpp tests/metal/sim/exec.cpp tests/metal/sim/switch_amd64.S
-test-metal-sim: $(METALSIM)
+build/metalsim/libmetalcore.so: $(SOURCES)
+	@mkdir -p build/metalsim
+	$(GO) build -tags metalsim -buildmode=c-shared -o $@ ./capi
+	rm -f build/metalsim/libmetalcore.h
+build/metalsim/abi_sim_test: tests/metal/sim/abi_sim_test.c include/metalcore.h
+	@mkdir -p build/metalsim
+	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl -lm
+test-metal-sim: $(METALSIM) build/metalsim/libmetalcore.so build/metalsim/abi_sim_test
+	MC_METAL_SIM=$(CURDIR)/$(METALSIM) ./build/metalsim/abi_sim_test build/metalsim/libmetalcore.so
 	MC_METAL_SIM=$(CURDIR)/$(METALSIM) $(GO) test -tags metalsim -count=1 -timeout 30m -run 'MetalSim' ./ops/
 
 test-msl: msl
