@@ -35,7 +35,13 @@ func (cudaRuntime) GPUAddress(b unsafe.Pointer) (uint64, error)    { return uint
 func (cudaRuntime) Prepare(unsafe.Pointer) error                   { return nil }
 func (cudaRuntime) Encode(_ unsafe.Pointer, cmds []metal.Command) error {
 	for _, c := range cmds {
-		words := make([]uint64, len(c.Buffers)+len(c.Values))
+		n := len(c.Buffers) + len(c.Values)
+		for _, v := range c.Values {
+			if v.Bound { // the Metal entry's mask: no parameter of the CUDA kernel
+				n--
+			}
+		}
+		words := make([]uint64, n)
 		for _, b := range c.Buffers {
 			if !b.Absent {
 				words[b.Index] = uint64(uintptr(b.Buffer)) + b.Offset

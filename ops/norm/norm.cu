@@ -466,6 +466,15 @@ MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_P
 // ng-th partial row, then the groups' sums add in group order, so the
 // result does not depend on timing (deterministic). part: 8 rows of 33
 // floats.
+// a group's sum of every ng-th partial row from row group; NG, when not 0,
+// is ng known when compiled (CUDA's 8 groups: the loads unroll)
+template <int NG>
+MC_DEVICE float column_part(MC_GLOBAL const float* partial, int group, int blocks, mc_i64 stride, int c, int ng) {
+    float s = 0.f;
+    for (int b = group; b < blocks; b += NG ? NG : ng) s += partial[b * stride + c];
+    return s;
+}
+
 template <class D>
 MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, MC_GLOBAL const float* partial, int blocks, mc_i64 stride,
                           int cols, MC_GLOBAL void* out) {
@@ -473,7 +482,8 @@ MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, MC_GLOBAL const float* p
     int c = (int)(MC_BLOCK * 32 + lane);
     float s = 0.f;
     if (c < cols)
-        for (int b = group; b < blocks; b += ng) s += partial[b * stride + c];
+        s = ng == 8 ? column_part<8>(partial, group, blocks, stride, c, ng)
+                    : column_part<0>(partial, group, blocks, stride, c, ng);
     part[group * 33 + lane] = s;
     MC_BARRIER();
     if (group == 0 && c < cols) {
