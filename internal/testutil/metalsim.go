@@ -183,6 +183,7 @@ type simMemory struct {
 	buf, staging unsafe.Pointer
 	bytes        int
 	copying      unsafe.Pointer // the encoder whose copy reads staging
+	queued       bool           // a dispatch has used buf
 }
 
 func newSimMemory(bytes int) (Memory, error) {
@@ -195,9 +196,19 @@ func newSimMemory(bytes int) (Memory, error) {
 
 func (m *simMemory) Handle() unsafe.Pointer { return m.buf }
 
+// CopyIn writes a buffer no dispatch has used yet directly (a new tensor's
+// poison: an output's is never the host's write in the call's encoder, so
+// the host's next dispatch, reading it, is ordered after the call's by the
+// call's own closing barrier alone), and any other by the host's copy
+// dispatch on the open encoder.
 func (m *simMemory) CopyIn(src unsafe.Pointer) error {
 	simMu.Lock()
 	defer simMu.Unlock()
+	if !m.queued {
+		C.memcpy(C.sim_contents(m.buf), src, C.size_t(m.bytes))
+		m.queued = true
+		return nil
+	}
 	if m.copying != nil && m.copying == encoder {
 		flush() // the open encoder's copy still reads staging
 	}
