@@ -144,7 +144,7 @@ build/metalsim/libmetalcore.so: $(SOURCES)
 	@mkdir -p build/metalsim
 	$(GO) build -tags metalsim -buildmode=c-shared -o $@ ./capi
 	rm -f build/metalsim/libmetalcore.h
-build/metalsim/abi_sim_test: tests/metal/sim/abi_sim_test.c include/metalcore.h
+build/metalsim/abi_sim_test: tests/metal/sim/abi_sim_test.c tests/c/check.h include/metalcore.h
 	@mkdir -p build/metalsim
 	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl -lm
 test-metal-sim: $(METALSIM) build/metalsim/libmetalcore.so build/metalsim/abi_sim_test
@@ -174,7 +174,7 @@ test-header:
 	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c include/metalcore.h
 	g++ -std=c++11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c++ include/metalcore.h
 
-build/abi_test: tests/c/abi_test.c include/metalcore.h
+build/abi_test: tests/c/abi_test.c tests/c/check.h include/metalcore.h
 	@mkdir -p build
 	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl -lm -lpthread
 

@@ -14,18 +14,9 @@
 #include <unistd.h>
 
 #include "metalcore.h"
+#include "check.h"
 
-static int failures;
 #define MC_VERSION_NUMBER (MC_VERSION_MAJOR * 10000 + MC_VERSION_MINOR * 100 + MC_VERSION_PATCH)
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            failures++;                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fprintf(stderr, "\n");                                    \
-        }                                                             \
-    } while (0)
 
 /* every function of the header, resolved with dlsym */
 #define FUNCS(X)                                                                   \

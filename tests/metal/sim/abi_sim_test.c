@@ -16,17 +16,7 @@
 #include <string.h>
 
 #include "metalcore.h"
-
-static int failures;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "../../c/check.h"
 
 #define FUNCS(X)                                                                                                   \
     X(mc_last_error) X(mc_backend_available) X(mc_metal_prepare) X(mc_rmsnorm_fwd) X(mc_layernorm_fwd)             \
