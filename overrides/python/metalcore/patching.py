@@ -3,14 +3,18 @@ that compute RMSNorm, LayerNorm, SiLU, GELU, softmax or a SiLU-gated MLP for
 metalcore's modules, keeping their parameters (the same Parameter objects: optimizers
 and state_dict keys are unchanged); unpatch_model puts the originals back.
 A module of another class is swapped only when its forward is, statement
-for statement, a form known to compute what metalcore's module computes."""
+for statement, a form known to compute what metalcore's module computes.
+A causal language model of transformers' form (Llama, Qwen2, Mistral:
+ForCausalLM over a base model and an lm_head Linear) computes its training
+loss through metalcore.linear_cross_entropy, never building the logits."""
 import ast
 import inspect
 import textwrap
+import types
 
 import torch
 
-from . import nn
+from . import losses, nn
 
 # PyTorch's module classes and metalcore's, by exact class (a subclass may
 # have changed forward)
@@ -140,11 +144,73 @@ def _replacement(module):
     return None, None
 
 
+class CausalLMOutput:
+    """What the patched forward returns where transformers' output class
+    cannot be imported: the loss, and no logits."""
+
+    def __init__(self, loss, past_key_values=None, hidden_states=None, attentions=None):
+        self.loss, self.logits = loss, None
+        self.past_key_values, self.hidden_states, self.attentions = past_key_values, hidden_states, attentions
+
+
+def _causal_lm_form(model):
+    """None when model's loss can be computed by linear_cross_entropy from
+    its base model's hidden states (transformers' ForCausalLM form), else
+    why not."""
+    lm_head = getattr(model, "lm_head", None)
+    if not isinstance(lm_head, torch.nn.Linear) or not isinstance(getattr(model, "model", None), torch.nn.Module):
+        return "no lm_head Linear over a base model"
+    config = getattr(model, "config", None)
+    if getattr(config, "final_logit_softcapping", None) or (getattr(config, "pretraining_tp", 1) or 1) > 1:
+        return "logits softcapped or split for tensor parallelism"
+    if "forward" in model.__dict__:
+        return "forward already replaced on the instance"
+    return None
+
+
+def _causal_lm_forward(self, input_ids=None, *args, labels=None, **kwargs):
+    """transformers' ForCausalLM forward, whose training loss (labels given,
+    the model training) is linear_cross_entropy over the base model's hidden
+    states: the loss of transformers' ForCausalLMLoss (labels shifted left,
+    -100 ignored, the mean, or the sum over num_items_in_batch), with no
+    logits built. Evaluation, and a call without labels, run the original."""
+    if labels is None or not self.training:
+        return type(self).forward(self, input_ids, *args, labels=labels, **kwargs)
+    num_items = kwargs.pop("num_items_in_batch", None)
+    shift_labels = kwargs.pop("shift_labels", None)
+    kwargs.pop("logits_to_keep", None)
+    out = self.model(input_ids, *args, **kwargs)
+    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    if shift_labels is None:
+        hidden, targets = hidden[..., :-1, :], labels[..., 1:]
+    else:
+        targets = shift_labels
+    loss = losses.linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.lm_head.weight,
+                                       targets.reshape(-1).to(hidden.device), self.lm_head.bias,
+                                       reduction="mean" if num_items is None else "sum")
+    if num_items is not None:
+        loss = loss / (num_items.to(loss.device) if isinstance(num_items, torch.Tensor) else num_items)
+    extra = {k: getattr(out, k, None) for k in ("past_key_values", "hidden_states", "attentions")}
+    try:
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+    except ImportError:
+        return CausalLMOutput(loss, **extra)
+    return CausalLMOutputWithPast(loss=loss, logits=None, **extra)
+
+
 def patch_model(model):
     """Swaps, in place, every submodule metalcore computes exactly and
     returns a report: {"swapped": [(name, class)], "left": [(name, class,
-    why)]}. Call unpatch_model to restore."""
+    why)]}; a causal language model's loss (see _causal_lm_forward) is
+    reported as ("forward (loss)", class). Call unpatch_model to restore."""
     report = {"swapped": [], "left": []}
+    if type(model).__name__.endswith("ForCausalLM"):
+        why = _causal_lm_form(model)
+        if why is None:
+            model.forward = types.MethodType(_causal_lm_forward, model)
+            report["swapped"].append(("forward (loss)", type(model).__name__))
+        else:
+            report["left"].append(("forward (loss)", type(model).__name__, why))
     replaced = set()  # ids of the modules swapped: their children go with them (a swapped MLP's act_fn is unused)
     for name, parent in list(model.named_modules()):
         if id(parent) in replaced:
@@ -165,6 +231,10 @@ def patch_model(model):
 def unpatch_model(model):
     """Puts back every module patch_model swapped; returns how many."""
     restored = 0
+    forward = model.__dict__.get("forward")
+    if getattr(forward, "__func__", None) is _causal_lm_forward:
+        del model.forward
+        restored += 1
     for _, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             original = child.__dict__.get("_metalcore_original")

@@ -331,3 +331,82 @@ def test_patch_model_swaps_a_silu_gated_mlp():
     got.sum().backward()
     assert model[0].gate_proj.weight.grad is not None
     assert metalcore.unpatch_model(model) == 2 and type(model[0]) is TwoStepMLP and type(model[1].act_fn) is nn.GELU
+
+
+# ---- a causal language model of transformers' form (a base model's hidden
+# states, an lm_head Linear, ForCausalLMLoss's shifted, -100-ignoring loss) --
+
+class TinyBase(nn.Module):
+    def __init__(self, vocab, hidden):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.proj = nn.Linear(hidden, hidden)
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        from types import SimpleNamespace
+        return SimpleNamespace(last_hidden_state=torch.tanh(self.proj(self.embed(input_ids))))
+
+
+class TinyForCausalLM(nn.Module):
+    def __init__(self, vocab=97, hidden=32):
+        super().__init__()
+        from types import SimpleNamespace
+        self.config = SimpleNamespace(vocab_size=vocab)
+        self.model = TinyBase(vocab, hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None, **kwargs):
+        from types import SimpleNamespace
+        logits = self.lm_head(self.model(input_ids, attention_mask).last_hidden_state)
+        loss = None
+        if labels is not None:  # transformers' ForCausalLMLoss
+            shift = F.pad(labels, (0, 1), value=-100)[..., 1:]
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), shift.reshape(-1), ignore_index=-100,
+                                   reduction="sum" if num_items_in_batch is not None else "mean")
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
+        return SimpleNamespace(loss=loss, logits=logits)
+
+
+@pytest.mark.parametrize("num_items", [None, 11])
+def test_causal_lm_loss_without_logits(num_items):
+    """patch_model makes a ForCausalLM's training loss linear_cross_entropy
+    over the base model's hidden states: the same loss and gradients as the
+    model's own (shifted labels, -100 ignored, mean or sum over
+    num_items_in_batch), no logits built; evaluation and calls without
+    labels keep the model's forward; unpatch_model restores it."""
+    torch.manual_seed(0)
+    model = TinyForCausalLM().train()
+    ids = torch.randint(0, 97, (3, 9))
+    labels = ids.clone()
+    labels[0, :4] = -100
+    kw = {} if num_items is None else {"num_items_in_batch": num_items}
+    want = model(ids, labels=labels, **kw).loss
+    want.backward()
+    want_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    report = metalcore.patch_model(model)
+    assert ("forward (loss)", "TinyForCausalLM") in report["swapped"], report
+    metalcore.reset_call_counts()
+    out = model(ids, labels=labels, **kw)
+    assert out.logits is None and metalcore.call_counts().get("cross_entropy", 0) >= 1
+    out.loss.backward()
+    torch.testing.assert_close(out.loss, want, rtol=1e-5, atol=1e-6)
+    for got, ref in zip((p.grad for p in model.parameters()), want_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-6)
+    model.eval()
+    assert model(ids, labels=labels).logits is not None
+    model.train()
+    assert model(ids).logits is not None
+    assert metalcore.unpatch_model(model) == len(report["swapped"])
+    assert "forward" not in model.__dict__
+
+
+def test_causal_lm_of_another_form_is_left():
+    class SoftcappedForCausalLM(TinyForCausalLM):
+        pass
+    model = SoftcappedForCausalLM()
+    model.config.final_logit_softcapping = 30.0
+    report = metalcore.patch_model(model)
+    assert ("forward (loss)", "SoftcappedForCausalLM", "logits softcapped or split for tensor parallelism") in \
+        report["left"], report
