@@ -25,7 +25,7 @@ def test_llama_patched(device):
         want = model(ids).logits
     report = metalcore.patch_model(model)
     kinds = sorted({cls for _, cls in report["swapped"]})
-    assert kinds == ["LlamaForCausalLM", "LlamaMLP", "LlamaRMSNorm"], report
+    assert kinds == ["LlamaForCausalLM", "LlamaMLP", "LlamaRMSNorm", "transformers.models.llama.modeling_llama"], report
     metalcore.reset_call_counts()
     with metalcore.pytorch_overrides(ops=["softmax"]), torch.no_grad():
         got = model(ids).logits
@@ -33,6 +33,7 @@ def test_llama_patched(device):
     layers = cfg.num_hidden_layers
     assert calls.get("rmsnorm_fwd") == 2 * layers + 1, calls
     assert calls.get("glu_fwd") == layers and calls.get("softmax_fwd") == layers, calls
+    assert calls.get("rope") == 2 * layers, calls
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert metalcore.unpatch_model(model) == len(report["swapped"])
 

@@ -106,4 +106,6 @@ def rope(kernels, dy, cos, sin):
         c1, c2 = c.chunk(2, -1)
         s1, s2 = s.chunk(2, -1)
         return torch.cat((d1 * c1 + d2 * s2, d2 * c2 - d1 * s1), -1)
+    if dy.stride(-1) != 1:  # an expanded gradient (sum's) has stride 0: the kernel wants 1
+        dy = dy.contiguous()
     return kernels.rope(dy, cos, sin, backward=True)

@@ -9,12 +9,13 @@ ForCausalLM over a base model and an lm_head Linear) computes its training
 loss through metalcore.linear_cross_entropy, never building the logits."""
 import ast
 import inspect
+import sys
 import textwrap
 import types
 
 import torch
 
-from . import losses, nn
+from . import functional, losses, nn
 
 # PyTorch's module classes and metalcore's, by exact class (a subclass may
 # have changed forward)
@@ -84,6 +85,68 @@ _SILU_FORMS = [_form(f"def forward(self, input):\n    return {fn}(input)\n")
 _MLP_FORMS = [_form("def forward(self, x):\n    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * "
                     "self.up_proj(x))\n    return down_proj\n"),
               _form("def forward(self, x):\n    return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))\n")]
+
+
+# transformers' apply_rotary_pos_emb and rotate_half (Llama, Qwen2, Mistral:
+# the same code), module functions their attention calls by name, which
+# metalcore.rope computes; transformers 5 dropped the unused position_ids.
+_ROPE_SOURCE = """
+def apply_rotary_pos_emb(q, k, cos, sin, {extra}unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+"""
+_ROPE_FORMS = {True: _form(_ROPE_SOURCE.format(extra="position_ids=None, ")), False: _form(_ROPE_SOURCE.format(extra=""))}
+_ROTATE_HALF_FORM = _form("""
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+""")
+
+
+def _function_shape(fn):
+    try:
+        return _form(inspect.getsource(fn))
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+
+
+def _rope_for(original, position_ids):
+    """apply_rotary_pos_emb, with the original's parameters, through
+    metalcore.rope (cos and sin broadcast over the heads, unsqueeze_dim 1,
+    as the attention calls it), the original otherwise."""
+    if position_ids:
+        def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+            if unsqueeze_dim != 1:
+                return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+            return functional.rope(q, k, cos, sin)
+    else:
+        def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+            if unsqueeze_dim != 1:
+                return original(q, k, cos, sin, unsqueeze_dim)
+            return functional.rope(q, k, cos, sin)
+    apply_rotary_pos_emb._metalcore_original = original
+    return apply_rotary_pos_emb
+
+
+def _patch_rope(model, report):
+    """Makes the model's module's apply_rotary_pos_emb metalcore.rope where
+    it and rotate_half are transformers' form. The function is the module's:
+    every model of that module uses it until unpatch_model."""
+    module = sys.modules.get(type(model).__module__)
+    fn = getattr(module, "apply_rotary_pos_emb", None)
+    if fn is None or hasattr(fn, "_metalcore_original"):
+        return
+    shape = _function_shape(fn)
+    forms = [k for k, form in _ROPE_FORMS.items() if form == shape]
+    if not forms or _function_shape(getattr(module, "rotate_half", None)) != _ROTATE_HALF_FORM:
+        report["left"].append(("apply_rotary_pos_emb", module.__name__, "not the recognised rotate_half form"))
+        return
+    module.apply_rotary_pos_emb = _rope_for(fn, forms[0])
+    report["swapped"].append(("apply_rotary_pos_emb", module.__name__))
 
 
 def _silu_module(module):
@@ -202,8 +265,12 @@ def patch_model(model):
     """Swaps, in place, every submodule metalcore computes exactly and
     returns a report: {"swapped": [(name, class)], "left": [(name, class,
     why)]}; a causal language model's loss (see _causal_lm_forward) is
-    reported as ("forward (loss)", class). Call unpatch_model to restore."""
+    reported as ("forward (loss)", class), and the model's module's
+    apply_rotary_pos_emb made metalcore.rope (for every model of that
+    module) as ("apply_rotary_pos_emb", module). Call unpatch_model to
+    restore."""
     report = {"swapped": [], "left": []}
+    _patch_rope(model, report)
     if type(model).__name__.endswith("ForCausalLM"):
         why = _causal_lm_form(model)
         if why is None:
@@ -231,6 +298,11 @@ def patch_model(model):
 def unpatch_model(model):
     """Puts back every module patch_model swapped; returns how many."""
     restored = 0
+    module = sys.modules.get(type(model).__module__)
+    original = getattr(getattr(module, "apply_rotary_pos_emb", None), "_metalcore_original", None)
+    if original is not None:
+        module.apply_rotary_pos_emb = original
+        restored += 1
     forward = model.__dict__.get("forward")
     if getattr(forward, "__func__", None) is _causal_lm_forward:
         del model.forward

@@ -410,3 +410,80 @@ def test_causal_lm_of_another_form_is_left():
     report = metalcore.patch_model(model)
     assert ("forward (loss)", "SoftcappedForCausalLM", "logits softcapped or split for tensor parallelism") in \
         report["left"], report
+
+
+# ---- transformers' rotary application, as published (module functions the
+# attention calls by name) -----------------------------------------------------
+
+def rotate_half(x):
+    """Rotates half the hidden dims of the input."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """Applies Rotary Position Embedding to the query and key tensors."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+@pytest.fixture(autouse=True)
+def restore_rotary():
+    """patch_model patches this module's apply_rotary_pos_emb for every
+    model defined here: each test ends with the published one back."""
+    yield
+    globals()["apply_rotary_pos_emb"] = getattr(apply_rotary_pos_emb, "_metalcore_original", apply_rotary_pos_emb)
+
+
+class RotaryAttention(nn.Module):
+    def forward(self, q, k, cos, sin):
+        return apply_rotary_pos_emb(q, k, cos, sin)
+
+
+def test_rotary_forms():
+    """transformers 4's apply_rotary_pos_emb (with position_ids) and 5's
+    (without) are both recognised; another body is not."""
+    from metalcore import patching
+    v5 = """
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    \"\"\"Docs.\"\"\"
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+"""
+    assert patching._form(v5) == patching._ROPE_FORMS[False]
+    assert patching._function_shape(apply_rotary_pos_emb) == patching._ROPE_FORMS[True]
+    assert patching._form(v5.replace("(rotate_half(q) * sin)", "(rotate_half(q) * cos)")) not in \
+        patching._ROPE_FORMS.values()
+
+
+def test_rotary_application_becomes_rope():
+    """patch_model makes the model's module's apply_rotary_pos_emb
+    metalcore.rope where it and rotate_half are transformers' form: the same
+    results, q and k as the attention's transposed views; unpatch_model puts
+    the function back."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 5, 3, 8).transpose(1, 2).requires_grad_()  # [B, H, T, D] as the attention makes it
+    k = torch.randn(2, 5, 2, 8).transpose(1, 2)
+    cos, sin = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    model = RotaryAttention()
+    want = model(q, k, cos, sin)
+    original = apply_rotary_pos_emb
+    report = metalcore.patch_model(model)
+    assert ("apply_rotary_pos_emb", __name__) in report["swapped"], report
+    metalcore.reset_call_counts()
+    got = model(q, k, cos, sin)
+    assert metalcore.call_counts().get("rope", 0) == 2, metalcore.call_counts()  # q and k
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    (g_q,) = torch.autograd.grad(got[0].sum(), q)
+    (w_q,) = torch.autograd.grad(want[0].sum(), q)
+    torch.testing.assert_close(g_q, w_q)
+    assert metalcore.unpatch_model(model) == len(report["swapped"])
+    assert globals()["apply_rotary_pos_emb"] is original

@@ -58,3 +58,16 @@ def test_pytorch_computes_the_rest():
         for g, w in zip(metalcore.rope(*args), hf_rope(*args)):
             torch.testing.assert_close(g, w)
         assert "rope" in metalcore.fallback_counts()
+
+
+def test_expanded_gradient(device):
+    """A loss's sum() hands backward an expanded gradient (stride 0): the
+    gradients of q and k still match Hugging Face's."""
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 3, 5, 8, generator=gen).to(device).requires_grad_()
+    k = torch.randn(2, 1, 5, 8, generator=gen).to(device).requires_grad_()
+    cos, sin = (torch.randn(2, 5, 8, generator=gen).to(device) for _ in range(2))
+    got = torch.autograd.grad(sum(t.sum() for t in metalcore.rope(q, k, cos, sin)), (q, k))
+    want = torch.autograd.grad(sum(t.sum() for t in hf_rope(q, k, cos, sin)), (q, k))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
