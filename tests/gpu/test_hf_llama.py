@@ -11,16 +11,23 @@ import metalcore
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_llama_patched(device):
+def tiny_llama(device, vocab):
+    """A seeded 2-layer LlamaForCausalLM (eager attention) on device and a
+    batch of 2 x 16 token ids; skips where metalcore has no such backend."""
     if device not in metalcore.backends():
         pytest.skip(f"no metalcore {device} backend here")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
     cfg._attn_implementation = "eager"
-    model = transformers.LlamaForCausalLM(cfg).to(device).eval()
-    ids = torch.randint(0, 128, (2, 16), device=device)
+    return transformers.LlamaForCausalLM(cfg).to(device), torch.randint(0, vocab, (2, 16), device=device)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_llama_patched(device):
+    model, ids = tiny_llama(device, 128)
+    model.eval()
+    cfg = model.config
     with torch.no_grad():
         want = model(ids).logits
     report = metalcore.patch_model(model)
@@ -44,14 +51,8 @@ def test_llama_loss_without_logits(device):
     (shifted labels, -100 ignored; mean, or sum over num_items_in_batch)
     through metalcore.linear_cross_entropy without logits: the same loss and
     gradients as the unpatched model."""
-    if device not in metalcore.backends():
-        pytest.skip(f"no metalcore {device} backend here")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
-    cfg._attn_implementation = "eager"
-    model = transformers.LlamaForCausalLM(cfg).to(device).train()
-    ids = torch.randint(0, 1000, (2, 16), device=device)
+    model, ids = tiny_llama(device, 1000)
+    model.train()
     labels = ids.clone()
     labels[:, :3] = -100
     for kw in ({}, {"num_items_in_batch": torch.tensor(25, device=device)}):
