@@ -108,4 +108,4 @@ def rope(kernels, dy, cos, sin):
         return torch.cat((d1 * c1 + d2 * s2, d2 * c2 - d1 * s1), -1)
     if dy.stride(-1) != 1:  # an expanded gradient (sum's) has stride 0: the kernel wants 1
         dy = dy.contiguous()
-    return kernels.rope(dy, cos, sin, backward=True)
+    return kernels.rope(dy, cos, sin, True)

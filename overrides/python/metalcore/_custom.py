@@ -71,9 +71,22 @@ def _(x, residual, weight, eps):
     return torch.empty_like(x), torch.empty_like(residual)
 
 
+@torch.library.custom_op("metalcore::glu", mutates_args=())
+def glu(gate: Tensor, up: Tensor, kind: int) -> Tensor:
+    return _kernels.glu(gate, up, kind)
+
+
+@torch.library.custom_op("metalcore::rope", mutates_args=())
+def rope(x: Tensor, cos: Tensor, sin: Tensor, backward: bool) -> Tensor:
+    """x rotated (or, backward, by the rotation's transpose): contiguous."""
+    return _kernels.rope(x, cos, sin, backward)
+
+
 softmax.register_fake(lambda x, upcast: torch.empty_like(x, dtype=torch.float32 if upcast else x.dtype))
 silu.register_fake(lambda x: torch.empty_like(x))
 gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
+glu.register_fake(lambda gate, up, kind: torch.empty_like(gate))
+rope.register_fake(lambda x, cos, sin, backward: x.new_empty(x.shape))
 
 
 # ---- backward ops -------------------------------------------------------------------
@@ -118,7 +131,13 @@ def silu_backward(dy: Tensor, x: Tensor) -> Tensor:
     return _kernels.silu_backward(dy, x)
 
 
+@torch.library.custom_op("metalcore::glu_backward", mutates_args=())
+def glu_backward(dy: Tensor, gate: Tensor, up: Tensor, kind: int) -> Tuple[Tensor, Tensor]:
+    return _kernels.glu_backward(dy, gate, up, kind)
+
+
 softmax_backward.register_fake(lambda dy, y: torch.empty_like(y))
+glu_backward.register_fake(lambda dy, gate, up, kind: (torch.empty_like(gate), torch.empty_like(up)))
 gelu_backward.register_fake(lambda dy, x, tanh_form: torch.empty_like(x))
 silu_backward.register_fake(lambda dy, x: torch.empty_like(x))
 
@@ -147,6 +166,14 @@ class _Backward:
     @staticmethod
     def silu_backward(dy, x):
         return silu_backward(dy.contiguous(), x)
+
+    @staticmethod
+    def glu_backward(dy, gate, up, kind):
+        return glu_backward(dy.contiguous(), gate, up, kind)
+
+    @staticmethod
+    def rope(dy, cos, sin, backward):
+        return rope(dy, cos, sin, backward)
 
 
 _BACKWARD = _Backward()
@@ -205,7 +232,31 @@ def _silu_grad(ctx, dy):
     return _backward.silu(_BACKWARD, dy, x)
 
 
+def _glu_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.kind = inputs[2]
+
+
+def _glu_grad(ctx, dy):
+    gate, up = ctx.saved_tensors
+    return _backward.glu(_BACKWARD, dy, gate, up, ctx.kind) + (None,)
+
+
+def _rope_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1], inputs[2])
+    ctx.backward = inputs[3]
+
+
+def _rope_grad(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    if ctx.backward:  # the transpose's own transpose: the rotation
+        return rope(dy.contiguous(), cos, sin, False), None, None, None
+    return _backward.rope(_BACKWARD, dy, cos, sin), None, None, None
+
+
 rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_context)
+glu.register_autograd(_glu_grad, setup_context=_glu_context)
+rope.register_autograd(_rope_grad, setup_context=_rope_context)
 layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_context)
 softmax.register_autograd(_softmax_grad, setup_context=_softmax_context)
 gelu.register_autograd(_gelu_grad, setup_context=_gelu_context)

@@ -83,16 +83,18 @@ def cross_entropy(logits, target, ignore_index, smoothing, reduction):
 
 
 def glu(gate, up, kind):
-    """act(gate) * up for contiguous tensors of one shape; under
-    torch.compile the caller runs PyTorch's ops."""
+    """act(gate) * up for contiguous tensors of one shape."""
+    if compiling():
+        return torch.ops.metalcore.glu(gate, up, kind)
     if _grad_enabled() and (gate.requires_grad or up.requires_grad):
         return _autograd.Glu.apply(gate, up, kind)
     return _kernels.glu(gate, up, kind)
 
 
 def rope(q, k, cos, sin):
-    """q, k [B, H, T, D] rotated by cos, sin [B or 1, T, D]; under
-    torch.compile the caller runs PyTorch's ops."""
+    """q, k [B, H, T, D] rotated by cos, sin [B or 1, T, D]."""
+    if compiling():
+        return torch.ops.metalcore.rope(q, cos, sin, False), torch.ops.metalcore.rope(k, cos, sin, False)
     if _grad_enabled() and (q.requires_grad or k.requires_grad):
         return _autograd.Rope.apply(q, k, cos, sin)
     return _kernels.rope(q, cos, sin), _kernels.rope(k, cos, sin)

@@ -190,8 +190,9 @@ def silu(x):
 def _glu(name, gate, up, kind):
     """act(gate) * up by the library where it takes the tensors (copied
     contiguous where they are not), else PyTorch's ops (counted): under
-    torch.compile or a trace, other dtypes, shapes that broadcast."""
-    why = "compiling" if _lib.compiling() else _lib.unsupported_any_layout(gate)
+    a trace, other dtypes, shapes that broadcast (under torch.compile, the
+    custom ops)."""
+    why = _lib.unsupported_any_layout(gate)
     if why is None:
         if type(up) not in (torch.Tensor, torch.nn.Parameter):
             why = "up not a tensor"
@@ -216,8 +217,6 @@ def geglu(gate, up, approximate="none"):
 
 
 def _rope_refused(q, k, cos, sin):
-    if _lib.compiling():
-        return "compiling"
     for t in (q, k, cos, sin):
         why = _lib.unsupported_any_layout(t)
         if why is not None:

@@ -28,6 +28,10 @@ def samples(device):
         (ops.layer_norm_backward, (x.clone(), x, w, torch.stack([mean, rstd]), True, True)),
         (ops.softmax_backward, (x.clone(), y)), (ops.gelu_backward, (x.clone(), x, False)),
         (ops.silu_backward, (x.clone(), x)),
+        (ops.glu, (grad(x), grad(x.flip(0)), 0)), (ops.glu, (grad(x), grad(x.flip(0)), 2)),
+        (ops.glu_backward, (x.clone(), x, x.flip(0), 1)),
+        (ops.rope, (grad(x.reshape(3, 1, 5, 8)), mean.new_ones(1, 5, 8), x[:1].reshape(1, 5, 8), False)),
+        (ops.rope, (x.reshape(3, 2, 5, 4), x[:1].reshape(1, 5, 8)[..., :4], x[1:2].reshape(1, 5, 8)[..., :4], True)),
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
@@ -70,3 +74,30 @@ def test_compile_fullgraph_matches_eager(device):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for g, w in zip([x.grad] + [p.grad for p in block.parameters()], want_grads):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
+
+
+def test_compile_swiglu_and_rope(device):
+    """metalcore.swiglu and metalcore.rope under torch.compile(fullgraph=True)
+    run the library's kernels (the custom ops), forward and backward, as
+    eager computes them."""
+    torch.manual_seed(0)
+    gate, up = (torch.randn(3, 40, device=device, requires_grad=True) for _ in range(2))
+    q = torch.randn(2, 5, 3, 8, device=device).transpose(1, 2).detach().requires_grad_()  # [B, H, T, D] as attention makes it
+    k = torch.randn(2, 5, 1, 8, device=device).transpose(1, 2).detach().requires_grad_()
+    cos, sin = torch.randn(2, 5, 8, device=device), torch.randn(2, 5, 8, device=device)
+
+    def f(gate, up, q, k, cos, sin):
+        qe, ke = metalcore.rope(q, k, cos, sin)
+        return (metalcore.swiglu(gate, up) ** 2).sum() + (qe * ke).sum()
+
+    want = f(gate, up, q, k, cos, sin)
+    want_grads = torch.autograd.grad(want, (gate, up, q, k))
+    compiled = torch.compile(f, fullgraph=True)
+    metalcore.reset_call_counts()
+    got = compiled(gate, up, q, k, cos, sin)
+    got_grads = torch.autograd.grad(got, (gate, up, q, k))
+    calls = metalcore.call_counts()
+    assert calls.get("glu_fwd") == 1 and calls.get("glu_bwd") == 1 and calls.get("rope") == 4, calls
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
