@@ -82,7 +82,15 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, backward: bool) -> Tensor:
     return _kernels.rope(x, cos, sin, backward)
 
 
+@torch.library.custom_op("metalcore::cross_entropy", mutates_args=())
+def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, smoothing: float) -> Tensor:
+    """Each row's float32 loss (logits [N, V], int64 target [N])."""
+    return _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)
+
+
 softmax.register_fake(lambda x, upcast: torch.empty_like(x, dtype=torch.float32 if upcast else x.dtype))
+cross_entropy.register_fake(lambda logits, target, ignore_index, smoothing:
+                            logits.new_empty(_kernels.rows(logits), dtype=torch.float32))
 silu.register_fake(lambda x: torch.empty_like(x))
 gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
 glu.register_fake(lambda gate, up, kind: torch.empty_like(gate))
@@ -136,7 +144,17 @@ def glu_backward(dy: Tensor, gate: Tensor, up: Tensor, kind: int) -> Tuple[Tenso
     return _kernels.glu_backward(dy, gate, up, kind)
 
 
+@torch.library.custom_op("metalcore::cross_entropy_backward", mutates_args=())
+def cross_entropy_backward(logits: Tensor, target: Tensor, ignore_index: int, smoothing: float,
+                           scale: Tensor) -> Tensor:
+    """The gradient of each row's loss times scale (float32, one a row or one)."""
+    grad = torch.empty_like(logits)
+    _kernels.cross_entropy(logits, target, ignore_index, smoothing, scale, grad)
+    return grad
+
+
 softmax_backward.register_fake(lambda dy, y: torch.empty_like(y))
+cross_entropy_backward.register_fake(lambda logits, target, ignore_index, smoothing, scale: torch.empty_like(logits))
 glu_backward.register_fake(lambda dy, gate, up, kind: (torch.empty_like(gate), torch.empty_like(up)))
 gelu_backward.register_fake(lambda dy, x, tanh_form: torch.empty_like(x))
 silu_backward.register_fake(lambda dy, x: torch.empty_like(x))
@@ -254,7 +272,18 @@ def _rope_grad(ctx, dy):
     return _backward.rope(_BACKWARD, dy, cos, sin), None, None, None
 
 
+def _cross_entropy_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.args = inputs[2:]
+
+
+def _cross_entropy_grad(ctx, drows):
+    logits, target = ctx.saved_tensors
+    return cross_entropy_backward(logits, target, *ctx.args, drows.float().contiguous()), None, None, None
+
+
 rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_context)
+cross_entropy.register_autograd(_cross_entropy_grad, setup_context=_cross_entropy_context)
 glu.register_autograd(_glu_grad, setup_context=_glu_context)
 rope.register_autograd(_rope_grad, setup_context=_rope_context)
 layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_context)

@@ -74,8 +74,10 @@ def qr(a, mode):
 
 
 def cross_entropy(logits, target, ignore_index, smoothing, reduction):
-    """logits [N, V], target [N] (contiguous); under torch.compile the
-    caller runs PyTorch's op."""
+    """logits [N, V], target [N] (contiguous)."""
+    if compiling():
+        rows = torch.ops.metalcore.cross_entropy(logits, target, ignore_index, smoothing)
+        return _autograd.reduce_loss(rows, (target != ignore_index).sum(), reduction, logits.dtype)
     if _grad_enabled() and logits.requires_grad:
         return _autograd.CrossEntropy.apply(logits, target, ignore_index, smoothing, reduction)
     rows = _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)

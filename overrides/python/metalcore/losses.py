@@ -34,8 +34,6 @@ def _call_refused(target, rows, device, ignore_index, label_smoothing, reduction
 def cross_entropy_refused(logits, target, ignore_index, label_smoothing, reduction):
     """Why metalcore does not compute this cross_entropy, or None (logits
     may be non-contiguous: it is copied)."""
-    if _lib.compiling():
-        return "compiling"
     why = _lib.unsupported_any_layout(logits)
     if why is not None:
         return why
