@@ -255,10 +255,13 @@ def encoder(t):
 def call(fn, t, *args):
     """fn(*args, encoder) for t's device: the library call's status. An MPS
     call runs on PyTorch's stream queue with its current compute encoder
-    (see _mps)."""
+    (see _mps). (encoder's tests inline: this is every call's path.)"""
+    if t.is_cuda:
+        return fn(*args, _raw_stream(t.get_device()) if _raw_stream is not None else
+                  torch.cuda.current_stream(t.device).cuda_stream)
     if t.is_mps:
         return _mps_route()[0].run(fn, args)
-    return fn(*args, encoder(t))
+    return fn(*args, None)
 
 
 # ---- calling the library --------------------------------------------------------------

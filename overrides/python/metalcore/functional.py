@@ -87,6 +87,8 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
 
 
 def _is_shape(s):
+    if type(s) is torch.Tensor:  # the common case (a weight), without the ABC's check
+        return False
     return isinstance(s, (numbers.Integral, tuple, list, torch.Size))
 
 
@@ -135,7 +137,7 @@ def softmax_refused(x, dim, dtype):
     why = _lib.unsupported_one(x)
     if why is None and dtype is not None and dtype != x.dtype and not upcasts(x, dtype):
         why = f"dtype={str(dtype)[6:]} on {str(x.dtype)[6:]} input"
-    if why is None and (dim is None or dim not in (-1, x.dim() - 1)):
+    if why is None and dim != -1 and (dim is None or dim != x.dim() - 1):
         why = "dim other than the last"
     return why
 
