@@ -150,27 +150,8 @@ class LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, target, ignore_index, smoothing, reduction, chunk):
         count = (target != ignore_index).sum()
         scale = (1 / count.float()).reshape(1) if reduction == "mean" else None
-        want = ctx.needs_input_grad[:3]
-        wanted = any(want)
-        rows = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
-        dh = torch.empty_like(hidden) if want[0] else None
-        dw = torch.zeros_like(weight) if want[1] else None
-        db = torch.zeros_like(bias) if bias is not None and want[2] else None
-        for i in range(0, hidden.shape[0], chunk):
-            h, t = hidden[i:i + chunk], target[i:i + chunk]
-            # the kernel reads 16-bit logits as float32, as .float() would
-            # make them, and writes the gradient in their dtype, as autograd
-            # would cast it back: in place, the chunk's logits become it
-            g = torch.nn.functional.linear(h, weight, bias)
-            rows[i:i + chunk] = _kernels.cross_entropy(g, t, ignore_index, smoothing, scale, g if wanted else None)
-            if not wanted:
-                continue
-            if dh is not None:
-                torch.matmul(g, weight, out=dh[i:i + chunk])
-            if dw is not None:
-                dw.addmm_(g.t(), h)
-            if db is not None:
-                db.add_(g.sum(0))
+        rows, dh, dw, db = _kernels.linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, scale,
+                                                         chunk, ctx.needs_input_grad[:3])
         ctx.save_for_backward(dh, dw, db)
         return reduce_loss(rows, count, reduction, torch.float32)
 

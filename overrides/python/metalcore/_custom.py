@@ -292,6 +292,40 @@ gelu.register_autograd(_gelu_grad, setup_context=_gelu_context)
 silu.register_autograd(_silu_grad, setup_context=_silu_context)
 
 
+@torch.library.custom_op("metalcore::linear_cross_entropy", mutates_args=())
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, ignore_index: int,
+                         smoothing: float, mean: bool, chunk: int, want_dh: bool, want_dw: bool,
+                         want_db: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(the loss rows' sum, or mean over the rows not ignored; dhidden,
+    dweight, dbias of it, empty where not wanted), all made in the forward."""
+    count = (target != ignore_index).sum()
+    scale = (1 / count.float()).reshape(1) if mean else None
+    rows, dh, dw, db = _kernels.linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, scale, chunk,
+                                                     (want_dh, want_dw, want_db))
+    loss = rows.sum() / count if mean else rows.sum()
+    return loss, _none_as_empty(dh, hidden), _none_as_empty(dw, hidden), _none_as_empty(db, hidden)
+
+
+@linear_cross_entropy.register_fake
+def _(hidden, weight, bias, target, ignore_index, smoothing, mean, chunk, want_dh, want_dw, want_db):
+    return (hidden.new_empty((), dtype=torch.float32), torch.empty_like(hidden) if want_dh else hidden.new_empty(0),
+            torch.empty_like(weight) if want_dw else hidden.new_empty(0),
+            torch.empty_like(bias) if want_db else hidden.new_empty(0))
+
+
+def _linear_cross_entropy_context(ctx, inputs, output):
+    ctx.save_for_backward(*output[1:])
+    ctx.wants = inputs[8:]
+
+
+def _linear_cross_entropy_grad(ctx, dloss, *_):
+    grads = [g * dloss.to(g.dtype) if wanted else None for g, wanted in zip(ctx.saved_tensors, ctx.wants)]
+    return (*grads, None, None, None, None, None, None, None, None)
+
+
+linear_cross_entropy.register_autograd(_linear_cross_entropy_grad, setup_context=_linear_cross_entropy_context)
+
+
 # ---- QR and AdamW -------------------------------------------------------------------
 
 @torch.library.custom_op("metalcore::qr", mutates_args=())

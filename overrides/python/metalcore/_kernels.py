@@ -222,6 +222,36 @@ def cross_entropy(logits, target, ignore_index, smoothing, scale, grad=None):
     return loss
 
 
+def linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, scale, chunk, want):
+    """Each row's float32 loss of F.linear(hidden, weight, bias) against
+    target, chunk rows at a time (PyTorch's matmul for the logits, one
+    library call turning them into their gradient in place), and the
+    gradients (dhidden, dweight, dbias) of the loss rows' sum times scale
+    (a one-element float32 tensor, or None: 1), each where want (three
+    booleans) asks for it, else None. The full logits never exist."""
+    wanted = any(want)
+    rows = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+    dh = torch.empty_like(hidden) if want[0] else None
+    dw = torch.zeros_like(weight) if want[1] else None
+    db = torch.zeros_like(bias) if bias is not None and want[2] else None
+    for i in range(0, hidden.shape[0], chunk):
+        h, t = hidden[i:i + chunk], target[i:i + chunk]
+        # the kernel reads 16-bit logits as float32, as .float() would make
+        # them, and writes the gradient in their dtype, as autograd would
+        # cast it back: in place, the chunk's logits become it
+        g = torch.nn.functional.linear(h, weight, bias)
+        rows[i:i + chunk] = cross_entropy(g, t, ignore_index, smoothing, scale, g if wanted else None)
+        if not wanted:
+            continue
+        if dh is not None:
+            torch.matmul(g, weight, out=dh[i:i + chunk])
+        if dw is not None:
+            dw.addmm_(g.t(), h)
+        if db is not None:
+            db.add_(g.sum(0))
+    return rows, dh, dw, db
+
+
 # ---- QR ---------------------------------------------------------------------------------
 
 QR_MODES = {"reduced": 0, "complete": 1, "r": 2}

@@ -77,8 +77,8 @@ def chunk_rows(n, v):
 
 def linear_cross_entropy_refused(hidden, weight, target, bias, ignore_index, label_smoothing, reduction):
     """Why metalcore does not compute this linear_cross_entropy, or None."""
-    if _lib.compiling():
-        return "compiling"
+    if _lib.compiling() and reduction == "none":
+        return "reduction 'none' under torch.compile"
     why = _lib.unsupported(hidden, weight, bias)
     if why is not None:
         return why
@@ -115,6 +115,10 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
             rows[i:i + chunk] = _kernels.cross_entropy(F.linear(h[i:i + chunk], weight, bias), t[i:i + chunk],
                                                        int(ignore_index), float(label_smoothing), None)
         return rows.reshape(target.shape)
+    if _lib.compiling():  # the custom op: the gradients made in the forward, wanted as the inputs say
+        want = [x is not None and x.requires_grad and torch.is_grad_enabled() for x in (h, weight, bias)]
+        return torch.ops.metalcore.linear_cross_entropy(h, weight, bias, t, int(ignore_index), float(label_smoothing),
+                                                        reduction == "mean", chunk, *want)[0]
     return _autograd.LinearCrossEntropy.apply(h, weight, bias, t, int(ignore_index), float(label_smoothing),
                                               reduction, chunk)
 

@@ -34,6 +34,10 @@ def samples(device):
         (ops.rope, (x.reshape(3, 2, 5, 4), x[:1].reshape(1, 5, 8)[..., :4], x[1:2].reshape(1, 5, 8)[..., :4], True)),
         (ops.cross_entropy, (grad(x), torch.tensor([3, -100, 39], device=device), -100, 0.1)),
         (ops.cross_entropy_backward, (x, torch.tensor([3, -100, 39], device=device), -100, 0.0, rstd)),
+        (ops.linear_cross_entropy, (grad(x), grad(torch.randn(7, 40, device=device)), grad(torch.randn(7, device=device)),
+                                    torch.tensor([3, -100, 6], device=device), -100, 0.1, True, 2, True, True, True)),
+        (ops.linear_cross_entropy, (grad(x), grad(torch.randn(7, 40, device=device)), None,
+                                    torch.tensor([3, 0, 6], device=device), -100, 0.0, False, 8, False, True, False)),
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
@@ -125,3 +129,28 @@ def test_compile_cross_entropy(device, reduction):
     assert metalcore.call_counts().get("cross_entropy") == 2, metalcore.call_counts()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_compile_linear_cross_entropy(device, reduction):
+    """metalcore.linear_cross_entropy under torch.compile(fullgraph=True) is
+    the custom op (chunks, the gradients made in the forward): the loss and
+    the gradients of hidden, weight and bias as eager's."""
+    torch.manual_seed(0)
+    hidden = torch.randn(9, 16, device=device, requires_grad=True)
+    weight = torch.randn(33, 16, device=device, requires_grad=True)
+    bias = torch.randn(33, device=device, requires_grad=True)
+    target = torch.tensor([1, -100, 32, 0, 7, 7, 5, -100, 2], device=device)
+
+    def f(hidden, weight, bias, target):
+        return metalcore.linear_cross_entropy(hidden, weight, target, bias, label_smoothing=0.1, reduction=reduction)
+
+    want = f(hidden, weight, bias, target)
+    want_grads = torch.autograd.grad(want, (hidden, weight, bias))
+    metalcore.reset_call_counts()
+    got = torch.compile(f, fullgraph=True)(hidden, weight, bias, target)
+    got_grads = torch.autograd.grad(got, (hidden, weight, bias))
+    assert metalcore.call_counts().get("cross_entropy", 0) >= 1, metalcore.call_counts()
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
