@@ -18,7 +18,6 @@ static void (*host_copy)(void*, void*, unsigned long, void*, unsigned long, unsi
 static void (*library)(int);
 static int (*config)(const char*, long);
 static char* (*errors_)(void);
-static int (*live_buffers)(void);
 static void (*plant)(const char*, const char*);
 static void (*raw)(void*, const char*, const char*, void* const*, int, const void*, unsigned long, int, unsigned long,
                    unsigned long);
@@ -35,11 +34,10 @@ static const char* sim_open(const char* path) {
 	library = dlsym(sim, "mcsim_library");
 	config = dlsym(sim, "mcsim_config");
 	errors_ = dlsym(sim, "mcsim_errors");
-	live_buffers = dlsym(sim, "mcsim_live_buffers");
 	plant = dlsym(sim, "mcsim_plant");
 	raw = dlsym(sim, "mcsim_raw");
 	if (!new_buffer || !contents || !release_ || !begin || !finish || !host_copy || !library || !config || !errors_ ||
-	    !live_buffers || !plant || !raw)
+	    !plant || !raw)
 		return "the Metal simulator lacks a control function";
 	return NULL;
 }
@@ -54,7 +52,6 @@ static void sim_host_copy(void* e, void* dst, unsigned long doff, void* src, uns
 static void sim_library(int inside) { library(inside); }
 static int sim_config(const char* key, long v) { return config(key, v); }
 static char* sim_errors(void) { return errors_(); }
-static int sim_live_buffers(void) { return live_buffers(); }
 static void sim_plant(const char* from, const char* to) { plant(from, to); }
 static void sim_raw(void* e, const char* src, const char* kernel, void* const* bufs, int n, const void* bytes,
                     unsigned long nbytes, int index, unsigned long group, unsigned long threads) {
@@ -173,9 +170,6 @@ func MetalConfig(key string, value int) {
 		panic("the Metal simulator has no setting " + key)
 	}
 }
-
-// MetalLiveBuffers counts the simulator's buffers not yet freed.
-func MetalLiveBuffers() int { return int(C.sim_live_buffers()) }
 
 // simMemory is a tensor's MTLBuffer and a staging buffer of the same
 // length, which the host writes and reads directly.

@@ -77,7 +77,7 @@ type Backend struct {
 // CPU is the CPU with whatever implementation is active; CUDA is CUDA
 // device 0 (benchmarks name it directly).
 var (
-	CPU  = Backend{Name: "cpu", DeviceType: core.DeviceCPU}
+	CPU   = Backend{Name: "cpu", DeviceType: core.DeviceCPU}
 	CUDA  = Backend{Name: "cuda", DeviceType: core.DeviceCUDA}
 	Metal = Backend{Name: "metal", DeviceType: core.DeviceMetal}
 )

@@ -2,7 +2,7 @@
 // selectors, objc_msgSend through the assembly trampoline, autorelease
 // pools), Metal's objects as metal-cpp declares their methods, encoders that
 // record what they are given and check it as Metal's API validation does,
-// and the control functions (mcsim.h) that tests drive it with.
+// and the control functions (mcsim_*) that tests drive it with.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,7 +244,6 @@ struct Encoder : Object {
 static Class *StringClass, *ErrorClass, *OptionsClass, *DeviceClass, *LibraryClass, *FunctionClass, *PipelineClass,
     *BufferClass, *QueueClass, *CommandBufferClass, *EncoderClass;
 static Device* the_device;  // the default device, and that of new encoders
-static int live_buffers;
 
 static String* string(const std::string& s) {
     String* o = make<String>(StringClass);
@@ -320,7 +319,6 @@ static Object* d_buffer(Device* self, SEL, NSUInteger length, NSUInteger options
     Buffer* b = make<Buffer>(BufferClass);
     b->st = st;
     b->device = self;
-    live_buffers++;
     return b;
 }
 static Object* d_queue(Device*, SEL) { return make<Queue>(QueueClass); }
@@ -351,7 +349,6 @@ static void b_destroy(Object* o) {
     Buffer* b = (Buffer*)o;
     storage_free(b->st);
     b->st = nullptr;
-    live_buffers--;
 }
 
 // MTLCommandQueue, MTLCommandBuffer
@@ -576,7 +573,6 @@ __attribute__((visibility("default"))) void* mcsim_new_buffer(unsigned long leng
 }
 __attribute__((visibility("default"))) void* mcsim_contents(void* buffer) { return ((Buffer*)buffer)->st->data; }
 __attribute__((visibility("default"))) void mcsim_release(void* object) { release((Object*)object); }
-__attribute__((visibility("default"))) int mcsim_live_buffers(void) { return live_buffers; }
 
 // an open encoder on a new command buffer (retained: mcsim_finish ends and
 // releases it)
