@@ -215,18 +215,59 @@ func Wave(dev int, stream unsafe.Pointer, name string, threads int) (int, error)
 	return max(1, n) * sms, err
 }
 
-// CheckPointer fails unless p is memory of CUDA device dev. It is one
-// driver query per tensor; measured, it is not what a call's host time is
-// spent on.
+// CheckPointer fails unless p is memory of CUDA device dev. The allocations
+// it has found on a device are remembered (the latest few), so a tensor in
+// one of them, as a framework's caching allocator hands out, costs no
+// driver query (three, 0.7 µs each, otherwise). A remembered allocation
+// that its owner frees and the driver maps again for another device would
+// still pass here: the check is there to catch host memory and another
+// device's tensors, not memory used after its free.
 func CheckPointer(p unsafe.Pointer, dev int) error {
-	ord, err := pointerDevice(p)
+	if known.holds(uintptr(p), dev) {
+		return nil
+	}
+	ord, start, size, err := pointerRange(p)
 	if err != nil {
 		return fmt.Errorf("is not CUDA device memory")
 	}
 	if ord != dev {
 		return fmt.Errorf("is memory of CUDA device %d, not %d", ord, dev)
 	}
+	known.add(allocation{start, start + size, dev})
 	return nil
+}
+
+// allocation is device memory [start, end) of device dev.
+type allocation struct {
+	start, end uintptr
+	dev        int
+}
+
+// allocations is a small ring of the device allocations seen last.
+type allocations struct {
+	mu   sync.Mutex
+	ring [64]allocation
+	next int
+}
+
+var known allocations
+
+func (a *allocations) holds(p uintptr, dev int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.ring {
+		if p >= r.start && p < r.end && r.dev == dev {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *allocations) add(r allocation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ring[a.next] = r
+	a.next = (a.next + 1) % len(a.ring)
 }
 
 // Launch runs kernel name on dev's stream (NULL: the legacy default stream)

@@ -9,8 +9,8 @@ package cuda
 // pointer check otherwise).
 #cgo noescape mc_launch_in
 #cgo nocallback mc_launch_in
-#cgo noescape mc_pointer_device
-#cgo nocallback mc_pointer_device
+#cgo noescape mc_pointer_range
+#cgo nocallback mc_pointer_range
 #include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -193,8 +193,13 @@ static void mc_leave(int pushed) {
     if (pushed) p_cuCtxPopCurrent(&c);
 }
 
-static CUresult mc_pointer_device(uintptr_t p, int* ordinal) {
-    return p_cuPointerGetAttribute(ordinal, 9, (CUdeviceptr)p);  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+// mc_pointer_range: the device ordinal owning p and the allocation holding
+// it (start address, bytes).
+static CUresult mc_pointer_range(uintptr_t p, int* ordinal, CUdeviceptr* start, size_t* size) {
+    CUresult r = p_cuPointerGetAttribute(ordinal, 9, (CUdeviceptr)p);  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    if (!r) r = p_cuPointerGetAttribute(start, 11, (CUdeviceptr)p);     // RANGE_START_ADDR
+    if (!r) r = p_cuPointerGetAttribute(size, 12, (CUdeviceptr)p);      // RANGE_SIZE
+    return r;
 }
 static CUresult mc_is_capturing(uintptr_t stream, int* capturing) {
     return p_cuStreamIsCapturing((CUstream)stream, capturing);
@@ -373,11 +378,14 @@ func (c *context) enter(dev int) (func(), error) {
 	}, nil
 }
 
-// pointerDevice is the device ordinal owning p, or an error for host memory.
-func pointerDevice(p unsafe.Pointer) (int, error) {
+// pointerRange is the device ordinal owning p and the allocation holding
+// it, or an error for host memory.
+func pointerRange(p unsafe.Pointer) (ordinal int, start, size uintptr, err error) {
 	var ord C.int
-	err := check("cuPointerGetAttribute", C.mc_pointer_device(C.uintptr_t(uintptr(p)), &ord))
-	return int(ord), err
+	var st C.CUdeviceptr
+	var n C.size_t
+	err = check("cuPointerGetAttribute", C.mc_pointer_range(C.uintptr_t(uintptr(p)), &ord, &st, &n))
+	return int(ord), uintptr(st), uintptr(n), err
 }
 
 func isCapturing(stream unsafe.Pointer) (bool, error) {
