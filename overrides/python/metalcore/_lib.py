@@ -117,9 +117,11 @@ class _Slots(threading.local):
 _slots = _Slots()
 
 
-def pack_into(buf, offset, address, t):
+def pack_into(buf, offset, address, t, half=None):
     """Writes t's mc_tensor at buf[offset:] (its address is address), its
-    shape and strides right after it."""
+    shape and strides right after it. half 0 or 1: the first or second half
+    of a contiguous float32 t instead, as a 1-D tensor at a byte offset
+    (LayerNorm's mean and rstd share one allocation)."""
     if t.is_cuda:
         data, device_type, device_id, byte_offset = t.data_ptr(), 2, t.get_device(), 0
     elif t.is_mps:  # the buffer and the view's offset into it (see _mps)
@@ -127,6 +129,11 @@ def pack_into(buf, offset, address, t):
         device_type, device_id = 8, t.device.index or 0
     else:
         data, device_type, device_id, byte_offset = t.data_ptr(), 1, 0, 0
+    if half is not None:
+        k = t.numel() // 2
+        _CONTIGUOUS[1].pack_into(buf, offset, data, device_type, device_id, 1, 2, 32, 1, address + 48, 0,
+                                 byte_offset + 4 * k * half, k)
+        return
     code, bits = DTYPES[t.dtype]
     n = t.dim()
     if t.is_contiguous():
@@ -153,55 +160,34 @@ def describe(t, slot=0):
 DATA = struct.Struct("<Q")
 
 
-def _pack_half(view, offset, address, t, half):
-    """Writes the mc_tensor of half 0 or 1 of a contiguous float32 tensor t,
-    as a 1-D tensor, at view[offset:] (LayerNorm's mean and rstd share one
-    allocation)."""
-    k = t.numel() // 2
-    data, byte_offset, device_type, device_id = t.data_ptr() + 4 * k * half, 0, 1, 0
-    if t.is_cuda:
-        device_type, device_id = 2, t.get_device()
-    elif t.is_mps:  # the buffer, and the half's offset into it
-        data, byte_offset = _mps.buffer_and_offset(t)
-        byte_offset += 4 * k * half
-        device_type, device_id = 8, t.device.index or 0
-    _CONTIGUOUS[1].pack_into(view, offset, data, device_type, device_id, 1, 2, 32, 1, address + 48, 0,
-                             byte_offset, k)
-
-
 def form(t):
-    """What t's description holds besides its data pointer (its shape, dtype,
-    device and whether it is contiguous), as a key; None for None."""
+    """Everything t's description holds but its data pointer (shape,
+    strides, dtype, device), as a key; None for None."""
     if t is None:
         return None
-    return t.shape, t.dtype, t.get_device(), t.is_mps, t.is_contiguous()
+    return t.shape, t.stride(), t.dtype, t.device
 
 
 class _Plan:
     """The mc_tensors of one call's tensors side by side in one block, and
-    where each one's data pointer goes: (offset, index of the tensor, bytes
-    added to its data_ptr)."""
-    __slots__ = ("buffer", "view", "addresses", "patches")
+    which 8-byte word of it holds each one's data pointer: (word, index of
+    the tensor)."""
+    __slots__ = ("buffer", "words", "addresses", "slots")
 
     def __init__(self, tensors, halves):
         n = len(tensors)
         self.buffer = ctypes.create_string_buffer(n * SLOT_BYTES)
-        self.view = memoryview(self.buffer).cast("B")
+        self.words = memoryview(self.buffer).cast("B").cast("Q")
         base = ctypes.addressof(self.buffer)
         self.addresses = [None] * n
-        self.patches = []
+        slots = []
         for i, t in enumerate(tensors):
             if t is None:
                 continue
-            address, offset = base + i * SLOT_BYTES, i * SLOT_BYTES
-            self.addresses[i] = address
-            half = halves.get(i) if halves else None
-            if half is None:
-                pack_into(self.buffer, offset, address, t)
-                self.patches.append((offset, i, 0))
-            else:
-                _pack_half(self.view, offset, address, t, half)
-                self.patches.append((offset, i, 4 * (t.numel() // 2) * half))
+            self.addresses[i] = base + i * SLOT_BYTES
+            pack_into(self.buffer, i * SLOT_BYTES, self.addresses[i], t, halves.get(i) if halves else None)
+            slots.append((i * SLOT_BYTES // 8, i))
+        self.slots = tuple(slots)
 
 
 class _Plans(threading.local):
@@ -220,22 +206,23 @@ def described(key, tensors, halves=None):
     only the data pointers are written. key must fix everything else of
     every tensor: the forms of the tensors the caller was given, and
     whatever fixes the shapes of the ones it made. halves: {index: 0 or 1}
-    for the entries described as half 0 or 1 of a tensor (_pack_half). MPS
-    and non-contiguous tensors are described afresh each call."""
-    plans = _plans.plans
-    plan = plans.get(key)
+    for the entries described as half 0 or 1 of a tensor (pack_into). MPS
+    tensors (a buffer and an offset, not a pointer) are described afresh
+    each call."""
+    plan = _plans.plans.get(key)
     if plan is None:
         plan = _Plan(tensors, halves)
-        if any(t is not None and (t.is_mps or not t.is_contiguous()) for t in tensors):
+        if any(t is not None and t.is_mps for t in tensors):
             _plans.fresh = plan  # alive until this thread's next such call, after this call's end
         else:
+            plans = _plans.plans
             if len(plans) >= _MAX_PLANS:
                 plans.clear()
             plans[key] = plan
         return plan.addresses
-    view = plan.view
-    for offset, i, add in plan.patches:
-        DATA.pack_into(view, offset, tensors[i].data_ptr() + add)
+    words = plan.words
+    for k, i in plan.slots:
+        words[k] = tensors[i].data_ptr()
     return plan.addresses
 
 
