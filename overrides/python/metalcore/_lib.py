@@ -448,8 +448,11 @@ def unsupported_one(x):
     elements; and no trace recording the call."""
     if type(x) not in _PLAIN:
         return "tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
-    if _forked or _is_tracing() or (compiling() and _onnx_export()):
+    if _forked:
         return recording()
+    compiled = compiling()  # asked once: it is a Python call on PyTorch 2
+    if (_onnx_export() if compiled else _is_tracing()):
+        return "traced"
     if x.dtype not in _FLOAT_SET:
         return f"dtype {str(x.dtype)[6:]}"
     n = x.dim()
@@ -465,7 +468,7 @@ def unsupported_one(x):
         return f"no {kind} backend"
     if not x.is_contiguous():
         return "non-contiguous"
-    if not compiling() and x.data_ptr() % x.element_size():
+    if not compiled and x.data_ptr() % x.element_size():
         return MISALIGNED
     return None
 
