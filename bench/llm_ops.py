@@ -16,8 +16,11 @@ bfloat16 on CUDA; bar on the H100: >= 1.2x). rope against Hugging Face's
 apply_rotary_pos_emb on q and k [B, H, T, 128] made by transpose(1, 2) as
 attention layers make them: CPU float32 [2, 8, 512], CUDA bfloat16
 [4, 16, 2048] (bar on the H100: >= 1.2x). Each cell is the median of 5
-timed rounds (3 for the CPU's linear) after a warm-up; peak memory is what
-the call adds over its inputs (CUDA)."""
+timed rounds on the CPU (3 for its linear), of 20 on CUDA (5 for its linear), after a warm-up; peak memory is what
+the call adds over its inputs (CUDA). Where Liger-Kernel's Triton ops can
+be imported (liger_kernel on PYTHONPATH, CUDA), its cross-entropy, SiLU-mul
+and RoPE run in the same process on the same inputs (bar: >= 1.0x Liger
+for cross_entropy and rope)."""
 import statistics
 import time
 
@@ -28,7 +31,10 @@ import harness
 import metalcore
 
 
-def timed(fn, device, rounds=5):
+def timed(fn, device, rounds=None):
+    """fn's median time in ms over rounds timed calls (20 on CUDA, where a
+    call takes a millisecond or less, 5 on the CPU)."""
+    rounds = rounds or (20 if device == "cuda" else 5)
     fn()
     times = []
     for _ in range(rounds):
@@ -52,6 +58,33 @@ def peak_mib(fn, device):
     fn()
     torch.cuda.synchronize()
     return f"{(torch.cuda.max_memory_allocated() - base) / 2 ** 20:.0f}"
+
+
+def liger():
+    """Liger-Kernel's functions for the rows it has, or {} where it cannot
+    be imported."""
+    try:
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+        from liger_kernel.ops.rope import LigerRopeFunction
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    except ImportError:
+        return {}
+    return {"cross_entropy": lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean", None,
+                                                                            False, False, False)[0],
+            "swiglu": LigerSiLUMulFunction.apply, "rope": LigerRopeFunction.apply}
+
+
+def row(name, theirs, ours, peer, device):
+    """A table row: PyTorch's step, metalcore's, and the peer's (or None)."""
+    t_theirs, t_ours = timed(theirs, device), timed(ours, device)
+    cells = [name, f"{t_theirs:.2f}", f"{t_ours:.2f}", f"{t_theirs / t_ours:.2f}", peak_mib(theirs, device),
+             peak_mib(ours, device)]
+    if peer is None:
+        cells += ["", "", ""]
+    else:
+        t_peer = timed(peer, device)
+        cells += [f"{t_peer:.2f}", f"{t_peer / t_ours:.2f}", peak_mib(peer, device)]
+    print("| " + " | ".join(cells) + " |")
 
 
 def step(loss_fn, logits, target, upcast):
@@ -100,9 +133,11 @@ def main():
           "Milliseconds, median of 5 rounds; speed is PyTorch's time over metalcore's; memory: peak MiB "
           "the step adds over its inputs (CUDA).\n")
     for device in harness.devices():
+        peers = liger() if device == "cuda" else {}
         print(f"## {device} ({harness.on(device)})\n")
-        print("| op | PyTorch ms | metalcore ms | speed | PyTorch MiB | metalcore MiB |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| op | PyTorch ms | metalcore ms | speed | PyTorch MiB | metalcore MiB | Liger ms | speed vs Liger | "
+              "Liger MiB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         gen = torch.Generator().manual_seed(0)
         if device == "cpu":
             cases = [("cross_entropy, float32 [8192, 32000]", torch.randn(8192, 32000, generator=gen), False, False)]
@@ -112,11 +147,10 @@ def main():
                      ("cross_entropy, bfloat16 [8192, 128256], metalcore on bfloat16", x, True, False)]
         for name, logits, theirs_upcast, ours_upcast in cases:
             target = torch.randint(0, logits.shape[1], (logits.shape[0],), generator=gen).to(logits.device)
-            theirs = step(F.cross_entropy, logits, target, theirs_upcast)
-            ours = step(metalcore.cross_entropy, logits, target, ours_upcast)
-            t_theirs, t_ours = timed(theirs, device), timed(ours, device)
-            print(f"| {name} | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
-                  f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+            peer = peers.get("cross_entropy") if not ours_upcast else None  # Liger reads the 16-bit logits too
+            row(name, step(F.cross_entropy, logits, target, theirs_upcast),
+                step(metalcore.cross_entropy, logits, target, ours_upcast),
+                peer and step(peer, logits, target, False), device)
         n, hidden, v, dtype, rounds = (2048, 1024, 32000, torch.float32, 3) if device == "cpu" else \
             (8192, 2048, 128256, torch.bfloat16, 5)
         h = torch.randn(n, hidden, generator=gen).to(device, dtype)
@@ -127,24 +161,20 @@ def main():
         t_theirs, t_ours = timed(theirs, device, rounds), timed(ours, device, rounds)
         print(f"| linear_cross_entropy, {str(dtype)[6:]} h [{n}, {hidden}], W [{v}, {hidden}] (logits "
               f"{4 * n * v / 2 ** 20:.0f} MiB as float32) | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
-              f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+              f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |  |  |  |")
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         g, u, dy = (torch.randn(8192, 5632, generator=gen).to(device, dtype) for _ in range(3))
-        theirs = glu_step(lambda a, b: F.silu(a) * b, g, u, dy)
-        ours = glu_step(metalcore.swiglu, g, u, dy)
-        t_theirs, t_ours = timed(theirs, device), timed(ours, device)
-        print(f"| swiglu, {str(dtype)[6:]} [8192, 5632] | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
-              f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+        peer = peers.get("swiglu")
+        row(f"swiglu, {str(dtype)[6:]} [8192, 5632]", glu_step(lambda a, b: F.silu(a) * b, g, u, dy),
+            glu_step(metalcore.swiglu, g, u, dy), peer and glu_step(peer, g, u, dy), device)
         b, h, t = (2, 8, 512) if device == "cpu" else (4, 16, 2048)
         q, k = (torch.randn(b, t, h, 128, generator=gen).to(device, dtype).transpose(1, 2) for _ in range(2))
         emb = torch.randn(b, t, 128, generator=gen).to(device, dtype)
         cos, sin = emb.cos(), emb.sin()
         dq, dk = (torch.randn(b, h, t, 128, generator=gen).to(device, dtype) for _ in range(2))
-        theirs = rope_step(hf_rope, q, k, cos, sin, dq, dk)
-        ours = rope_step(metalcore.rope, q, k, cos, sin, dq, dk)
-        t_theirs, t_ours = timed(theirs, device), timed(ours, device)
-        print(f"| rope, {str(dtype)[6:]} q and k [{b}, {h}, {t}, 128], transposed | {t_theirs:.2f} | {t_ours:.2f} | "
-              f"{t_theirs / t_ours:.2f} | {peak_mib(theirs, device)} | {peak_mib(ours, device)} |")
+        peer = peers.get("rope")
+        row(f"rope, {str(dtype)[6:]} q and k [{b}, {h}, {t}, 128], transposed", rope_step(hf_rope, q, k, cos, sin, dq, dk),
+            rope_step(metalcore.rope, q, k, cos, sin, dq, dk), peer and rope_step(peer, q, k, cos, sin, dq, dk), device)
         print()
 
 

@@ -238,15 +238,18 @@ func TestMetalSimOps(t *testing.T) {
 
 func TestMetalSimRoPE(t *testing.T) {
 	for _, dt := range tu.DTypes {
-		s := newSimRun(t)
-		const B, H, T, D = 2, 3, 5, 8
-		x := s.rand(dt, []int64{B, H, T, D}, 1)
-		cos, sin := s.rand(dt, []int64{1, T, D}, 1), s.rand(dt, []int64{1, T, D}, 1)
-		for _, backward := range []bool{false, true} {
-			s.check(fmt.Sprintf("rope %s backward %v", dt, backward), []out{{dt, []int64{B, H, T, D}}}, tu.Tol(dt),
-				func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
-					return rope.Rope(on(x), on(cos), on(sin), backward, o[0].Ptr(), e)
-				})
+		// D 8: 16-bit halves element by element; D 16: every dtype in whole vectors
+		for _, D := range []int64{8, 16} {
+			s := newSimRun(t)
+			const B, H, T = 2, 3, 5
+			x := s.rand(dt, []int64{B, H, T, D}, 1)
+			cos, sin := s.rand(dt, []int64{1, T, D}, 1), s.rand(dt, []int64{1, T, D}, 1)
+			for _, backward := range []bool{false, true} {
+				s.check(fmt.Sprintf("rope %s D %d backward %v", dt, D, backward), []out{{dt, []int64{B, H, T, D}}}, tu.Tol(dt),
+					func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return rope.Rope(on(x), on(cos), on(sin), backward, o[0].Ptr(), e)
+					})
+			}
 		}
 	}
 }

@@ -15,18 +15,16 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	rope.Register(core.DeviceCUDA, func(x, c, s, y *core.View, l *layout, enc unsafe.Pointer) error {
-		if err := dialect.Fit32("x's rows and heads", l.b*l.h*l.t, l.h, l.t); err != nil {
+		rows, pieces := l.work(x.DType)
+		if err := dialect.Fit32("x's rows, heads and pieces", rows, l.h, l.t, pieces+groupThreads); err != nil {
 			return err
 		}
-		return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel("rope", x.DType), l.b*l.h*l.t, threads(l),
-			cuda.Ptr(x.Base), cuda.I64(l.xsb), cuda.I64(l.xsh), cuda.I64(l.xst), cuda.Ptr(c.Base), cuda.I64(l.csb),
-			cuda.I64(l.cst), cuda.Ptr(s.Base), cuda.I64(l.ssb), cuda.I64(l.sst), cuda.Ptr(y.Base), cuda.I32(l.h),
-			cuda.I32(l.t), cuda.I32(l.half), cuda.I32(flag(l.backward))))
+		return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel("rope", x.DType), (pieces+groupThreads-1)/groupThreads,
+			groupThreads, cuda.Ptr(x.Base), cuda.I64(l.xsb), cuda.I64(l.xsh), cuda.I64(l.xst), cuda.Ptr(c.Base),
+			cuda.I64(l.csb), cuda.I64(l.cst), cuda.Ptr(s.Base), cuda.I64(l.ssb), cuda.I64(l.sst), cuda.Ptr(y.Base),
+			cuda.I32(l.h), cuda.I32(l.t), cuda.I32(l.half), cuda.I32(flag(l.backward)), cuda.I32(rows)))
 	})
 }
-
-// threads: a warp's multiple covering the row's pairs, at most 256.
-func threads(l *layout) int { return min(256, (l.half+31)/32*32) }
 
 func flag(b bool) int {
 	if b {

@@ -11,7 +11,8 @@ import (
 func init() {
 	metal.Register("rope", kernels)
 	rope.Register(core.DeviceMetal, func(x, c, s, y *core.View, l *layout, enc unsafe.Pointer) error {
-		if err := dialect.Fit32("x's rows and heads", l.b*l.h*l.t, l.h, l.t); err != nil {
+		rows, pieces := l.work(x.DType)
+		if err := dialect.Fit32("x's rows, heads and pieces", rows, l.h, l.t, pieces+groupThreads); err != nil {
 			return err
 		}
 		p, err := metal.NewPlan(enc)
@@ -19,9 +20,11 @@ func init() {
 			return err
 		}
 		kernel := dialect.Kernel("rope", x.DType)
-		p.Dispatch(kernel, l.b*l.h*l.t, p.Threads(kernel, threads(l)), metal.Buf(x), metal.I64(l.xsb), metal.I64(l.xsh),
+		threads := p.Threads(kernel, groupThreads)
+		p.Dispatch(kernel, (pieces+threads-1)/threads, threads, metal.Buf(x), metal.I64(l.xsb), metal.I64(l.xsh),
 			metal.I64(l.xst), metal.Buf(c), metal.I64(l.csb), metal.I64(l.cst), metal.Buf(s), metal.I64(l.ssb),
-			metal.I64(l.sst), metal.Buf(y), metal.I32(l.h), metal.I32(l.t), metal.I32(l.half), metal.I32(flag(l.backward)))
+			metal.I64(l.sst), metal.Buf(y), metal.I32(l.h), metal.I32(l.t), metal.I32(l.half), metal.I32(flag(l.backward)),
+			metal.I32(rows))
 		return p.Encode()
 	})
 }

@@ -21,6 +21,18 @@ type layout struct {
 	backward           bool
 }
 
+// groupThreads is the GPU kernels' threads a block (fewer where a Metal
+// pipeline takes fewer).
+const groupThreads = 256
+
+// work is the GPU kernels' rows (b, h, t) and threads: one a 16-byte piece
+// of a row's first half (and the same piece of its second).
+func (l *layout) work(dt core.DType) (rows, pieces int) {
+	n := 16 / dt.Size()
+	rows = l.b * l.h * l.t
+	return rows, rows * ((l.half + n - 1) / n)
+}
+
 var rope = core.NewDispatch[func(x, cos, sin, y *core.View, l *layout, enc unsafe.Pointer) error]("rope")
 
 // Rope writes y = x·cos + rotate_half(x)·sin (rotate_half(x) = [−x₂, x₁]
