@@ -16,8 +16,9 @@ bfloat16 on CUDA; bar on the H100: >= 1.2x). rope against Hugging Face's
 apply_rotary_pos_emb on q and k [B, H, T, 128] made by transpose(1, 2) as
 attention layers make them: CPU float32 [2, 8, 512], CUDA bfloat16
 [4, 16, 2048] (bar on the H100: >= 1.2x). Each cell is the median of 5
-timed rounds on the CPU (3 for its linear), of 20 on CUDA (5 for its linear), after a warm-up; peak memory is what
-the call adds over its inputs (CUDA). Where Liger-Kernel's Triton ops can
+timed rounds on the CPU (3 for its linear) and of 20 on CUDA (5 for its
+linear), after a warm-up; peak memory is what the call adds over its
+inputs (CUDA). Where Liger-Kernel's Triton ops can
 be imported (liger_kernel on PYTHONPATH, CUDA), its cross-entropy, SiLU-mul
 and RoPE run in the same process on the same inputs (bar: >= 1.0x Liger
 for cross_entropy and rope)."""
@@ -130,7 +131,7 @@ def glu_step(fn, g, u, dy):
 def main():
     print("# The LLM ops through the public functions, forward + backward\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/llm_ops.py`. "
-          "Milliseconds, median of 5 rounds; speed is PyTorch's time over metalcore's; memory: peak MiB "
+          "Milliseconds, median of 5 rounds (CPU) or 20 (CUDA); speed is PyTorch's time over metalcore's; memory: peak MiB "
           "the step adds over its inputs (CUDA).\n")
     for device in harness.devices():
         peers = liger() if device == "cuda" else {}

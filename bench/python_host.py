@@ -39,6 +39,21 @@ def host_us(fn, device, calls=CALLS):
     return statistics.median(times)
 
 
+def idle_us(fn, calls=200):
+    """fn's host time when the GPU has gone idle before it (as it has
+    before each tiny call of a real program, whose launch then costs more
+    than one queued behind busy work): the median over calls, each after a
+    synchronize."""
+    fn()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e6)
+    return statistics.median(times)
+
+
 def torch_rms_norm(x, w, eps=1e-6):
     if hasattr(F, "rms_norm"):
         return F.rms_norm(x, x.shape[-1:], w, eps)
@@ -161,6 +176,8 @@ def main():
         print("|---|---:|")
         for what, fn in layer_rows(device):
             print(f"| {what} | {host_us(fn, device):.2f} |")
+            if device == "cuda" and what.startswith("    mc_silu_fwd"):
+                print(f"| {what}, the GPU idle before it | {idle_us(fn):.2f} |")
         print()
 
 
