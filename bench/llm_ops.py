@@ -18,10 +18,10 @@ attention layers make them: CPU float32 [2, 8, 512], CUDA bfloat16
 [4, 16, 2048] (bar on the H100: >= 1.2x). Each cell is the median of 5
 timed rounds on the CPU (3 for its linear) and of 20 on CUDA (5 for its
 linear), after a warm-up; peak memory is what the call adds over its
-inputs (CUDA). Where Liger-Kernel's Triton ops can
-be imported (liger_kernel on PYTHONPATH, CUDA), its cross-entropy, SiLU-mul
-and RoPE run in the same process on the same inputs (bar: >= 1.0x Liger
-for cross_entropy and rope)."""
+inputs (CUDA). Where Liger-Kernel's Triton ops can be imported
+(liger_kernel on PYTHONPATH, CUDA), its cross-entropy, SiLU-mul and RoPE
+run in the same process on the same inputs (bar: >= 1.0x Liger for
+cross_entropy and rope)."""
 import statistics
 import time
 
@@ -75,15 +75,15 @@ def liger():
             "swiglu": LigerSiLUMulFunction.apply, "rope": LigerRopeFunction.apply}
 
 
-def row(name, theirs, ours, peer, device):
+def row(name, theirs, ours, peer, device, rounds=None):
     """A table row: PyTorch's step, metalcore's, and the peer's (or None)."""
-    t_theirs, t_ours = timed(theirs, device), timed(ours, device)
+    t_theirs, t_ours = timed(theirs, device, rounds), timed(ours, device, rounds)
     cells = [name, f"{t_theirs:.2f}", f"{t_ours:.2f}", f"{t_theirs / t_ours:.2f}", peak_mib(theirs, device),
              peak_mib(ours, device)]
     if peer is None:
         cells += ["", "", ""]
     else:
-        t_peer = timed(peer, device)
+        t_peer = timed(peer, device, rounds)
         cells += [f"{t_peer:.2f}", f"{t_peer / t_ours:.2f}", peak_mib(peer, device)]
     print("| " + " | ".join(cells) + " |")
 
@@ -157,12 +157,9 @@ def main():
         h = torch.randn(n, hidden, generator=gen).to(device, dtype)
         w = (torch.randn(v, hidden, generator=gen) / hidden ** 0.5).to(device, dtype)
         target = torch.randint(0, v, (n,), generator=gen).to(device)
-        theirs = linear_step(torch_linear_ce, h, w, target)
-        ours = linear_step(metalcore.linear_cross_entropy, h, w, target)
-        t_theirs, t_ours = timed(theirs, device, rounds), timed(ours, device, rounds)
-        print(f"| linear_cross_entropy, {str(dtype)[6:]} h [{n}, {hidden}], W [{v}, {hidden}] (logits "
-              f"{4 * n * v / 2 ** 20:.0f} MiB as float32) | {t_theirs:.2f} | {t_ours:.2f} | {t_theirs / t_ours:.2f} | "
-              f"{peak_mib(theirs, device)} | {peak_mib(ours, device)} |  |  |  |")
+        row(f"linear_cross_entropy, {str(dtype)[6:]} h [{n}, {hidden}], W [{v}, {hidden}] (logits "
+            f"{4 * n * v / 2 ** 20:.0f} MiB as float32)", linear_step(torch_linear_ce, h, w, target),
+            linear_step(metalcore.linear_cross_entropy, h, w, target), None, device, rounds)
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         g, u, dy = (torch.randn(8192, 5632, generator=gen).to(device, dtype) for _ in range(3))
         peer = peers.get("swiglu")

@@ -218,7 +218,7 @@ func Wave(dev int, stream unsafe.Pointer, name string, threads int) (int, error)
 // CheckPointer fails unless p is memory of CUDA device dev. The allocations
 // it has found on a device are remembered (the latest few), so a tensor in
 // one of them, as a framework's caching allocator hands out, costs no
-// driver query (three, 0.7 µs each, otherwise). A remembered allocation
+// driver query (three, about 0.8 µs each, otherwise). A remembered allocation
 // that its owner frees and the driver maps again for another device would
 // still pass here: the check is there to catch host memory and another
 // device's tensors, not memory used after its free.

@@ -15,8 +15,8 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	rope.Register(core.DeviceCUDA, func(x, c, s, y *core.View, l *layout, enc unsafe.Pointer) error {
-		rows, pieces := l.work(x.DType)
-		if err := dialect.Fit32("x's rows, heads and pieces", rows, l.h, l.t, pieces+groupThreads); err != nil {
+		rows, pieces, err := l.work(x.DType)
+		if err != nil {
 			return err
 		}
 		return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel("rope", x.DType), (pieces+groupThreads-1)/groupThreads,

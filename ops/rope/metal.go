@@ -11,8 +11,8 @@ import (
 func init() {
 	metal.Register("rope", kernels)
 	rope.Register(core.DeviceMetal, func(x, c, s, y *core.View, l *layout, enc unsafe.Pointer) error {
-		rows, pieces := l.work(x.DType)
-		if err := dialect.Fit32("x's rows, heads and pieces", rows, l.h, l.t, pieces+groupThreads); err != nil {
+		rows, pieces, err := l.work(x.DType)
+		if err != nil {
 			return err
 		}
 		p, err := metal.NewPlan(enc)

@@ -8,6 +8,7 @@ package rope
 import (
 	"unsafe"
 
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -26,11 +27,13 @@ type layout struct {
 const groupThreads = 256
 
 // work is the GPU kernels' rows (b, h, t) and threads: one a 16-byte piece
-// of a row's first half (and the same piece of its second).
-func (l *layout) work(dt core.DType) (rows, pieces int) {
+// of a row's first half (and the same piece of its second); it fails where
+// they do not fit the kernels' 32-bit indices.
+func (l *layout) work(dt core.DType) (rows, pieces int, err error) {
 	n := 16 / dt.Size()
 	rows = l.b * l.h * l.t
-	return rows, rows * ((l.half + n - 1) / n)
+	pieces = rows * ((l.half + n - 1) / n)
+	return rows, pieces, dialect.Fit32("x's rows, heads and pieces", rows, l.h, l.t, pieces+groupThreads)
 }
 
 var rope = core.NewDispatch[func(x, cos, sin, y *core.View, l *layout, enc unsafe.Pointer) error]("rope")
