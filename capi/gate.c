@@ -87,6 +87,14 @@ MC_GATED(cross_entropy,
          (cten* logits, cten* target, int64_t ignore_index, float label_smoothing, cten* scale, mc_tensor* loss,
           mc_tensor* dlogits, void* encoder),
          (logits, target, ignore_index, label_smoothing, scale, loss, dlogits, encoder))
+MC_GATED(cross_entropy_fwd,
+         (cten* logits, cten* target, int64_t ignore_index, float label_smoothing, mc_tensor* loss, mc_tensor* lse,
+          void* encoder),
+         (logits, target, ignore_index, label_smoothing, loss, lse, encoder))
+MC_GATED(cross_entropy_bwd,
+         (cten* logits, cten* target, cten* lse, int64_t ignore_index, float label_smoothing, cten* scale,
+          mc_tensor* dlogits, void* encoder),
+         (logits, target, lse, ignore_index, label_smoothing, scale, dlogits, encoder))
 MC_GATED(adamw_step,
          (const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params, cten* const* grads,
           mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,

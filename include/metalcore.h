@@ -214,6 +214,17 @@ mc_status mc_glu_bwd(const mc_tensor* dy, const mc_tensor* gate, const mc_tensor
 mc_status mc_cross_entropy(const mc_tensor* logits, const mc_tensor* target, int64_t ignore_index,
                            float label_smoothing, const mc_tensor* scale, mc_tensor* loss, mc_tensor* dlogits,
                            void* encoder);
+/* The same split for a host that takes the loss first and the gradient in
+ * its backward, reading the logits once each way: mc_cross_entropy_fwd
+ * writes loss and each row's log-sum-exp lse (float32, shaped as loss; 0 for
+ * an ignored row, NaN where the loss is); mc_cross_entropy_bwd takes that
+ * lse for the same logits and writes dlogits (required, may be logits
+ * itself) as mc_cross_entropy would, without the pass that finds it. */
+mc_status mc_cross_entropy_fwd(const mc_tensor* logits, const mc_tensor* target, int64_t ignore_index,
+                               float label_smoothing, mc_tensor* loss, mc_tensor* lse, void* encoder);
+mc_status mc_cross_entropy_bwd(const mc_tensor* logits, const mc_tensor* target, const mc_tensor* lse,
+                               int64_t ignore_index, float label_smoothing, const mc_tensor* scale,
+                               mc_tensor* dlogits, void* encoder);
 
 /* ---- AdamW ------------------------------------------------------------------
  * One step of torch.optim.AdamW on n_tensors parameters at once: decoupled

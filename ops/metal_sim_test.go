@@ -231,6 +231,13 @@ func TestMetalSimOps(t *testing.T) {
 				s.check("cross-entropy, loss alone", []out{stat}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 					return loss.CrossEntropy(on(x), on(target), -100, 0, nil, o[0].Ptr(), nil, e)
 				})
+				s.check("cross-entropy forward, with lse", []out{stat, stat}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return loss.CrossEntropyForward(on(x), on(target), -100, 0.1, o[0].Ptr(), o[1].Ptr(), e)
+				})
+				lse := s.rand(core.F32, []int64{rows}, 1) // any lse: the backward is a function of it
+				s.check("cross-entropy backward from lse", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return loss.CrossEntropyBackward(on(x), on(target), on(lse), -100, 0.1, on(scale), o[0].Ptr(), e)
+				})
 			})
 		}
 	}

@@ -147,6 +147,28 @@ template <bool ahead, class F> MC_DEVICE void mc_for_rows(MC_IDS, int rows, MC_T
         for (mc_i64 r = MC_BLOCK; r < rows; r += MC_NBLOCKS) f(r);
 }
 
+// mc_row_stream passes pieces from, from + 1, ... of the row at src (cols
+// wide, vec as mc_aligned says) to f, loading U of them before f sees the
+// first, so that a thread has U loads in flight
+template <class D, int U, class F>
+MC_DEVICE void mc_row_stream(MC_IDS, MC_GLOBAL const typename D::T* src, int cols, bool vec, int from, MC_THREAD F& f) {
+    enum { N = Vec<D>::N };
+    int n = (cols + N * MC_NTHREADS - 1) / (N * MC_NTHREADS), k = from;
+    for (; k + U <= n; k += U) {
+        float t[U][N];
+#pragma unroll
+        for (int u = 0; u < U; u++) mc_fetch<D>(src, cols, vec, mc_piece_start(id, k + u, N), t[u]);
+#pragma unroll
+        for (int u = 0; u < U; u++) f(t[u], k + u, mc_piece_start(id, k + u, N));
+    }
+    for (; k < n; k++) {
+        float t[N];
+        int s = mc_piece_start(id, k, N);
+        mc_fetch<D>(src, cols, vec, s, t);
+        f(t, k, s);
+    }
+}
+
 // Row<D, C> keeps the first C pieces of a row in registers, so later passes
 // read no memory; wider rows re-read the rest (from source, which a kernel
 // may point elsewhere, e.g. at what it wrote in the first pass).
@@ -177,13 +199,7 @@ template <class D, int C> struct Row {
     }
     // rest: the pieces past the cache, read from src
     template <class F> MC_METHOD void rest(MC_IDS, MC_THREAD F& f) const {
-        int n = pieces(id);
-        for (int k = C; k < n; k++) {
-            float t[N];
-            int s = mc_piece_start(id, k, N);
-            mc_fetch<D>(src, cols, vec, s, t);
-            f(t, k, s);
-        }
+        mc_row_stream<D, 2>(id, src, cols, vec, C, f);
     }
 };
 

@@ -58,6 +58,7 @@ MC_DEVICE int mc_exponent(float x) { return ((as_type<int>(x) >> 23) & 255) - 12
 // and the fast ones behind CUDA's intrinsic names.
 MC_DEVICE float expf(float x) { return precise::exp(x); }
 MC_DEVICE float logf(float x) { return precise::log(x); }
+MC_DEVICE float exp2f(float x) { return precise::exp2(x); }
 MC_DEVICE float __expf(float x) { return fast::exp(x); }
 MC_DEVICE float __fdividef(float a, float b) { return fast::divide(a, b); }
 MC_DEVICE float sqrtf(float x) { return precise::sqrt(x); }

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 )
 
@@ -16,7 +17,7 @@ const (
 	bufE
 )
 
-func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) error {
+func crossEntropyCPU(xv, tv, sv, lv, gv, sev *core.View, a args, _ unsafe.Pointer) error {
 	cols, targets := xv.Cols, unsafe.Slice((*int64)(tv.Base), tv.N)
 	for r, t := range targets { // before anything is written
 		if t != a.ignore && (t < 0 || t >= int64(cols)) {
@@ -28,7 +29,14 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 	if sv != nil {
 		scales = cpu.Float32s(sv.Base, sv.N)
 	}
-	losses, s, v := cpu.Float32s(lv.Base, lv.N), a.smoothing, float32(cols)
+	var losses, lses []float32
+	if lv != nil {
+		losses = cpu.Float32s(lv.Base, lv.N)
+	}
+	if sev != nil {
+		lses = cpu.Float32s(sev.Base, sev.N)
+	}
+	s, v := a.smoothing, float32(cols)
 	cpu.Parallel(xv.Rows, cpu.RowGrain(cols), func(lo, hi int, sc *cpu.Scratch) {
 		k := cpu.K()
 		for r := lo; r < hi; r++ {
@@ -40,7 +48,12 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 				e = g.Out(0, e) // float32: the gradient's own memory (x's, in place)
 			}
 			if t == a.ignore {
-				losses[r] = 0
+				if losses != nil {
+					losses[r] = 0
+				}
+				if a.stats == writeStats {
+					lses[r] = 0
+				}
 				if gv != nil {
 					clear(e)
 					g.Store(0, e)
@@ -48,6 +61,12 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 				continue
 			}
 			xs := cpu.RowSpan(xv, r).Load(0, sc.Buf(bufX, cols))
+			if a.stats == readStats { // e = exp(x - lse): NaN throughout where lse is
+				k.ExpSum(e, xs, lses[r])
+				gradient(k, e, int(t), scales[min(r, len(scales)-1)], 1, s/v, 1-s)
+				g.Store(0, e)
+				continue
+			}
 			xt, mean := xs[t], float32(0)
 			if s != 0 {
 				sum, _ := k.ShiftedSums(xs, 0)
@@ -56,6 +75,9 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 			m := k.Max(xs)
 			if !cpu.Finite(m) { // NaN, +inf or a row of -inf: NaN, as in float64
 				losses[r] = float32(math.NaN())
+				if a.stats == writeStats {
+					lses[r] = losses[r]
+				}
 				if gv != nil {
 					cpu.Fill(e, float32(math.NaN()))
 					g.Store(0, e)
@@ -65,13 +87,21 @@ func crossEntropyCPU(xv, tv, sv, lv, gv *core.View, a args, _ unsafe.Pointer) er
 			sum := k.ExpSum(e, xs, m) // e = exp(x - m): x is read first where e is x
 			lse := m + float32(math.Log(float64(sum)))
 			losses[r] = (1-s)*(lse-xt) + s*(lse-mean)
+			if a.stats == writeStats {
+				lses[r] = lse
+			}
 			if gv != nil {
-				scale := scales[min(r, len(scales)-1)]
-				k.Normalize(e, e, nil, nil, sum*s/v, scale/sum) // scale · (p − s/V)
-				e[t] -= scale * (1 - s)
+				gradient(k, e, int(t), scales[min(r, len(scales)-1)], sum, s/v, 1-s)
 				g.Store(0, e)
 			}
 		}
 	})
 	return nil
+}
+
+// gradient turns e = exp(x - c), whose sum over the row is sum, into
+// scale · (e/sum − spread − hit·[j = t]).
+func gradient(k *simd.Table, e []float32, t int, scale, sum, spread, hit float32) {
+	k.Normalize(e, e, nil, nil, sum*spread, scale/sum)
+	e[t] -= scale * hit
 }

@@ -1,83 +1,109 @@
-// Cross-entropy over the last dimension: one block per row, two passes.
-// The first finds the row's maximum and the sum of its exponentials
-// together (online: the sum is rescaled whenever the maximum rises), its
-// logit at the target and its sum (for label smoothing), combined through
-// the block's shared memory (so that an in-place gradient never overwrites
-// a logit another thread has yet to read); the second writes the gradient.
+// Cross-entropy over the last dimension: one block per row, two passes (or
+// one each way, where the forward keeps the row's log-sum-exp for the
+// backward). The first finds the row's maximum and the sum of its exponentials
+// together (online: the sum is rescaled whenever the maximum rises) and its
+// sum (for label smoothing), combined through the block's shared memory (so
+// that an in-place gradient never overwrites a logit another thread has yet
+// to read); the second writes the gradient.
 
-// the running maximum m, sum of exp(x - m), the target's logit and the sum
-// of the row
+// exp(x - c) as the kernels take it: exp2 of one fused multiply-add (c2 =
+// c * log2(e))
+#define CE_LOG2E 1.4426950408889634f
+MC_DEVICE float ce_exp(float x, float c2) { return exp2f(fmaf(x, CE_LOG2E, -c2)); }
+
+// the running maximum m, the sum of exp(x - m) and (for label smoothing)
+// the sum of the row; a piece's maximum first, so that its exponentials are
+// independent of each other. A NaN never raises m and makes the sum NaN.
 template <class D> struct CeFirst {
     enum { N = Vec<D>::N };
     int cols;
-    mc_i64 t;
-    float m, sum, xt, sx;
+    bool smooth;
+    float m, sum, sx;
     MC_METHOD void operator()(MC_THREAD const float* v, int, int s) {
-        for (int j = 0; j < N; j++)
-            if (s + j < cols) {
-                float x = v[j];
-                if (x > m) {
-                    sum = sum * expf(m - x) + 1.f;
-                    m = x;
-                } else if (!(x == -mc_inf() && m == -mc_inf())) {  // NaN stays NaN
-                    sum += expf(x - m);
-                }
-                sx += x;
-                if (s + j == t) xt = x;
-            }
+        float w[N];  // past the row's end: -inf, which adds nothing
+        for (int j = 0; j < N; j++) w[j] = s + N <= cols || s + j < cols ? v[j] : -mc_inf();
+        float pm = m;
+        for (int j = 0; j < N; j++) pm = fmaxf(pm, w[j]);
+        if (pm > m) {
+            sum *= ce_exp(m, pm * CE_LOG2E);
+            m = pm;
+        }
+        if (smooth)
+            for (int j = 0; j < N; j++) sx += s + j < cols ? v[j] : 0.f;
+        if (m == -mc_inf()) return;  // all -inf so far: nothing to add
+        float ps = 0.f, m2 = m * CE_LOG2E;
+        for (int j = 0; j < N; j++) ps += ce_exp(w[j], m2);
+        sum += ps;
     }
 };
-// g = scale * (softmax - (1 - smoothing) [j = t] - smoothing / V), NaN
+// g = scale * (exp(x - lse) - (1 - smoothing) [j = t] - smoothing / V), NaN
 // throughout for a target out of range or a maximum that is not finite
 template <class D> struct CeGrad {
     enum { N = Vec<D>::N };
-    float m, inv, scale, spread, hit, nan;
-    mc_i64 t;
+    float lse2, scale, spread, hit, nan;
+    int t;
     MC_GLOBAL typename D::T* g;
     int cols;
     bool gvec, bad;
     MC_METHOD void operator()(MC_THREAD const float* v, int, int s) const {
         float o[N];
-        for (int j = 0; j < N; j++)
-            o[j] = bad ? nan : (expf(v[j] - m) * inv - spread - (s + j == t ? hit : 0.f)) * scale;
+        for (int j = 0; j < N; j++) o[j] = bad ? nan : (ce_exp(v[j], lse2) - spread - (s + j == t ? hit : 0.f)) * scale;
         mc_store<D>(g, cols, gvec, s, o);
     }
 };
 
-// has_scale: 0, none (1); 1, one for every row; 2, one per row
+// has_scale: 0, none (1); 1, one for every row; 2, one per row. stats: 0,
+// none; 1, write each row's log-sum-exp to lse; 2, read it there (no loss,
+// and the gradient from one pass over the row)
 template <class D>
 MC_DEVICE void cross_entropy(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x_, mc_i64 xs,
                              MC_GLOBAL const mc_i64* target, mc_i64 ignore, float smoothing,
                              MC_GLOBAL const float* scale, int has_scale, MC_GLOBAL float* loss, MC_GLOBAL void* g_,
-                             mc_i64 gs, int has_grad, int cols) {
+                             mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     mc_i64 r = MC_BLOCK, t = target[r];
     MC_GLOBAL T* g = (MC_GLOBAL T*)g_ + r * gs;
+    MC_GLOBAL const T* xr = (MC_GLOBAL const T*)x_ + r * xs;
     if (t == ignore) {  // the whole block: loss 0, gradient 0
-        if (MC_TID == 0) loss[r] = 0.f;
+        if (MC_TID == 0 && stats != 2) loss[r] = 0.f;
+        if (MC_TID == 0 && stats == 1) lse[r] = 0.f;
         if (has_grad)
             for (int i = MC_TID; i < cols; i += MC_NTHREADS) D::store(g + i, 0.f);
         return;
     }
+    float v = (float)cols, nan = mc_inf() - mc_inf();
+    float sc = has_grad && has_scale != 0 ? scale[has_scale == 2 ? r : 0] : 1.f;
+    bool gvec = mc_aligned(g, cols, N), in_range = t >= 0 && t < cols;
+    if (stats == 2) {
+        float l = lse[r];
+        bool bad = !in_range || !(l < mc_inf() && l > -mc_inf());
+        CeGrad<D> w = {l * CE_LOG2E, sc, smoothing / v, 1.f - smoothing, nan, (int)t, g, cols, gvec, bad};
+        mc_row_stream<D, 4>(id, xr, cols, mc_aligned(xr, cols, N), 0, w);
+        return;
+    }
+    // the target's logit, read before any thread may write the gradient
+    // over it
+    float xt = MC_TID == 0 && in_range ? D::load(xr + t) : 0.f;
+    CeFirst<D> first = {cols, smoothing > 0.f, -mc_inf(), 0.f, 0.f};
     Row<D, MC_CACHE> x;
-    x.init((MC_GLOBAL const T*)x_ + r * xs, cols);
-    CeFirst<D> first = {cols, t, -mc_inf(), 0.f, 0.f, 0.f};
-    mc_row_load(id, x, first);
+    x.init(xr, cols);
+    if (has_grad) mc_row_load(id, x, first);  // the gradient's pass reads the cached pieces
+    else mc_row_stream<D, 4>(id, xr, cols, x.vec, 0, first);
     float m = mc_block_max(id, first.m, red);
-    float sum = first.m == -mc_inf() ? 0.f : first.sum * expf(first.m - m), xt = first.xt;
-    mc_block_sum2(id, sum, xt, red);
-    float sx = smoothing > 0.f ? mc_block_sum(id, first.sx, red) : 0.f;
-    float lse = m + logf(sum), v = (float)cols, nan = mc_inf() - mc_inf();
-    bool bad = t < 0 || t >= cols || !(m < mc_inf() && m > -mc_inf());
-    if (MC_TID == 0) loss[r] = bad ? nan : (1.f - smoothing) * (lse - xt) + smoothing * (lse - sx / v);
+    float sum = first.m == -mc_inf() ? 0.f : first.sum * ce_exp(first.m, m * CE_LOG2E), sx = first.sx;
+    if (first.smooth) mc_block_sum2(id, sum, sx, red);
+    else sum = mc_block_sum(id, sum, red);
+    bool bad = !in_range || !(m < mc_inf() && m > -mc_inf());
+    float l = bad ? nan : m + logf(sum);
+    if (MC_TID == 0) loss[r] = bad ? nan : (1.f - smoothing) * (l - xt) + smoothing * (l - sx / v);
+    if (MC_TID == 0 && stats == 1) lse[r] = l;
     if (!has_grad) return;
-    float sc = has_scale == 0 ? 1.f : scale[has_scale == 2 ? r : 0];
-    CeGrad<D> w = {m, 1.f / sum, sc, smoothing / v, 1.f - smoothing, nan, t, g, cols, mc_aligned(g, cols, N), bad};
+    CeGrad<D> w = {l * CE_LOG2E, sc, smoothing / v, 1.f - smoothing, nan, (int)t, g, cols, gvec, bad};
     mc_row_each(id, x, w);
 }
-MC_INSTANTIATE_GROUP(cross_entropy, MC_BLOCK_SUM2_SCRATCH, ,
+MC_INSTANTIATE_GROUP(cross_entropy, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(1024, 1),
                      (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const mc_i64* target, mc_i64 ignore,
                       float smoothing, MC_GLOBAL const float* scale, int has_scale, MC_GLOBAL float* loss,
-                      MC_GLOBAL void* g, mc_i64 gs, int has_grad, int cols),
-                     (x, xs, target, ignore, smoothing, scale, has_scale, loss, g, gs, has_grad, cols))
+                      MC_GLOBAL void* g, mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols),
+                     (x, xs, target, ignore, smoothing, scale, has_scale, loss, g, gs, has_grad, lse, stats, cols))

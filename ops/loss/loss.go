@@ -11,13 +11,25 @@ import (
 	"metalcore/internal/core"
 )
 
-// args is one call's scalars.
+// args is one call's scalars, and how it uses the rows' log-sum-exp.
 type args struct {
 	ignore    int64
 	smoothing float32
+	stats     stats
 }
 
-var crossEntropy = core.NewDispatch[func(x, target, scale, loss, grad *core.View, a args, enc unsafe.Pointer) error]("cross-entropy")
+// stats says what a call does with lse, one float32 a row: nothing, write
+// it beside the loss (a forward), or read it instead of the first pass over
+// the logits (a backward).
+type stats int32
+
+const (
+	noStats stats = iota
+	writeStats
+	readStats
+)
+
+var crossEntropy = core.NewDispatch[func(x, target, scale, loss, grad, lse *core.View, a args, enc unsafe.Pointer) error]("cross-entropy")
 
 // CrossEntropy computes, for each row r of logits x (rows = every index but
 // the last; V = the last dimension) with class target t = target[r]:
@@ -31,21 +43,52 @@ var crossEntropy = core.NewDispatch[func(x, target, scale, loss, grad *core.View
 // dimension, or [rows]); loss: float32, likewise; grad (optional): x's
 // shape and dtype, and may be x itself; scale (optional): float32, one for
 // every row or one per row, read on the device (1 when absent), so that a
-// mean's 1/count or the loss's own gradient needs no host read. A target outside [0, V) that is not ignore is refused on the
-// CPU before anything is written; a GPU cannot read it without waiting, so
-// there the row's loss and gradient are NaN.
+// mean's 1/count or the loss's own gradient needs no host read. A target
+// outside [0, V) that is not ignore is refused on the CPU before anything
+// is written; a GPU cannot read it without waiting, so there the row's loss
+// and gradient are NaN.
 func CrossEntropy(x, target *core.Tensor, ignore int64, smoothing float32, scale, loss, grad *core.Tensor, enc unsafe.Pointer) error {
+	return crossEntropyCall(x, target, scale, loss, grad, nil, args{ignore, smoothing, noStats}, enc)
+}
+
+// CrossEntropyForward is CrossEntropy's loss from one read of the logits,
+// and each row's log-sum-exp in lse (float32, one per row as loss is; 0 for
+// an ignored row, NaN where the loss is), for CrossEntropyBackward.
+func CrossEntropyForward(x, target *core.Tensor, ignore int64, smoothing float32, loss, lse *core.Tensor, enc unsafe.Pointer) error {
+	return crossEntropyCall(x, target, nil, loss, nil, lse, args{ignore, smoothing, writeStats}, enc)
+}
+
+// CrossEntropyBackward is CrossEntropy's gradient from the log-sum-exp
+// CrossEntropyForward gave for the same logits: one read of the logits and
+// one write of grad, which may be x itself.
+func CrossEntropyBackward(x, target, lse *core.Tensor, ignore int64, smoothing float32, scale, grad *core.Tensor, enc unsafe.Pointer) error {
+	return crossEntropyCall(x, target, scale, nil, grad, lse, args{ignore, smoothing, readStats}, enc)
+}
+
+// crossEntropyCall checks and runs one of the three: loss is absent only
+// when lse is read, grad only when it is not.
+func crossEntropyCall(x, target, scale, loss, grad, lse *core.Tensor, a args, enc unsafe.Pointer) error {
 	c := core.NewCall()
 	defer c.Free()
 	xv := c.In("logits", x)
 	tv := c.Index("target", target)
-	sv := c.OptIn("scale", scale)
-	lv := c.Out("loss", loss)
-	gv := c.OptOut("dlogits", grad)
+	var sv, lv, gv, sev *core.View
+	switch a.stats {
+	case noStats:
+		sv, lv, gv = c.OptIn("scale", scale), c.Out("loss", loss), c.OptOut("dlogits", grad)
+	case writeStats:
+		lv, sev = c.Out("loss", loss), c.Out("lse", lse)
+	case readStats:
+		sev, sv, gv = c.In("lse", lse), c.OptIn("scale", scale), c.Out("dlogits", grad)
+	}
 	c.Check(func() error { return core.WantRows(xv) })
 	c.Check(func() error { return perRow(xv, tv) })
-	c.Check(func() error { return perRow(xv, lv) })
-	c.Check(func() error { return core.WantDType(lv, core.F32) })
+	for _, v := range []*core.View{lv, sev} {
+		if v != nil {
+			c.Check(func() error { return perRow(xv, v) })
+			c.Check(func() error { return core.WantDType(v, core.F32) })
+		}
+	}
 	c.Check(func() error {
 		if sv == nil {
 			return nil
@@ -61,8 +104,8 @@ func CrossEntropy(x, target *core.Tensor, ignore int64, smoothing float32, scale
 	})
 	c.Check(func() error { return core.LikeX(xv, gv) })
 	c.Check(func() error {
-		if !(smoothing >= 0 && smoothing <= 1) || math.IsInf(float64(smoothing), 0) {
-			return core.Errorf(core.ErrInvalidArgument, "label_smoothing is %g; it must be in [0, 1]", smoothing)
+		if !(a.smoothing >= 0 && a.smoothing <= 1) || math.IsInf(float64(a.smoothing), 0) {
+			return core.Errorf(core.ErrInvalidArgument, "label_smoothing is %g; it must be in [0, 1]", a.smoothing)
 		}
 		return nil
 	})
@@ -71,7 +114,7 @@ func CrossEntropy(x, target *core.Tensor, ignore int64, smoothing float32, scale
 	if err != nil || xv.Rows == 0 {
 		return err
 	}
-	return f(xv, tv, sv, lv, gv, args{ignore, smoothing}, enc)
+	return f(xv, tv, sv, lv, gv, sev, a, enc)
 }
 
 // perRow requires v to hold one contiguous value per row of x: shaped as x

@@ -1,6 +1,7 @@
 package loss
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -59,7 +60,6 @@ func TestCrossEntropy(t *testing.T) {
 				case "per row":
 					scale = c.Backend.New(core.F32, rowShape).Set(scales).Ptr()
 				}
-				require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, float32(smoothing), scale, loss.Ptr(), g.Ptr(), nil), c)
 				var wantLoss, wantGrad []float64
 				for r, row := range tu.Rows(xs, c.Cols()) {
 					target := int(tt.Values()[r])
@@ -71,12 +71,31 @@ func TestCrossEntropy(t *testing.T) {
 					l, gr := RefCrossEntropy(row, target, smoothing, tu.Round(core.F32, scales[r]))
 					wantLoss, wantGrad = append(wantLoss, l), append(wantGrad, gr...)
 				}
-				what := c.String()
-				// a loss is lse − x[t], each about the logits' size: float32's
-				// rounding of them is its error, whatever the difference
-				tu.CloseScaled(t, what+" loss", loss.Values(), wantLoss, 2e-5, 1+maxAbs(xs))
-				tu.CloseScaled(t, what+" "+scaling+" dlogits", g.Values(), wantGrad, tu.Tol(c.DT), 2/float64(c.Cols()))
-				require.True(t, g.PaddingPoisoned(), "%v: wrote outside dlogits' elements", c)
+				// in one call, and split: the loss and lse, then the gradient
+				// from lse (into poisoned outputs; in place, x again first)
+				for _, split := range []bool{false, true} {
+					what := fmt.Sprintf("%v split %v", c, split)
+					if !split {
+						require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, float32(smoothing), scale, loss.Ptr(),
+							g.Ptr(), nil), what)
+					} else {
+						lse := c.Backend.New(core.F32, rowShape)
+						x.Set(xs)
+						loss.Poison()
+						if !c.InPlace {
+							g.Poison()
+						}
+						require.NoError(t, CrossEntropyForward(x.Ptr(), tt.Ptr(), ignore, float32(smoothing), loss.Ptr(),
+							lse.Ptr(), nil), what)
+						require.NoError(t, CrossEntropyBackward(x.Ptr(), tt.Ptr(), lse.Ptr(), ignore, float32(smoothing),
+							scale, g.Ptr(), nil), what)
+					}
+					// a loss is lse − x[t], each about the logits' size: float32's
+					// rounding of them is its error, whatever the difference
+					tu.CloseScaled(t, what+" loss", loss.Values(), wantLoss, 2e-5, 1+maxAbs(xs))
+					tu.CloseScaled(t, what+" "+scaling+" dlogits", g.Values(), wantGrad, tu.Tol(c.DT), 2/float64(c.Cols()))
+					require.True(t, g.PaddingPoisoned(), "%v: wrote outside dlogits' elements", what)
+				}
 			}
 		}
 	})
@@ -100,10 +119,17 @@ func TestCrossEntropyLossOnlyAndAllIgnored(t *testing.T) {
 				require.InDelta(t, want, loss.Values()[r], 2e-5*(math.Abs(want)+1), "%v row %d", dt, r)
 			}
 			tt.Set(targets(rng, 6, 33, true))
-			g := b.New(dt, []int64{6, 33})
+			g, lse := b.New(dt, []int64{6, 33}), b.New(core.F32, []int64{6})
 			require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, 0.2, nil, loss.Ptr(), g.Ptr(), nil))
 			for _, v := range append(loss.Values(), g.Values()...) {
 				require.Zero(t, v, "%v: an ignored row", dt)
+			}
+			loss.Poison()
+			g.Poison()
+			require.NoError(t, CrossEntropyForward(x.Ptr(), tt.Ptr(), ignore, 0.2, loss.Ptr(), lse.Ptr(), nil))
+			require.NoError(t, CrossEntropyBackward(x.Ptr(), tt.Ptr(), lse.Ptr(), ignore, 0.2, nil, g.Ptr(), nil))
+			for _, v := range append(append(loss.Values(), lse.Values()...), g.Values()...) {
+				require.Zero(t, v, "%v: an ignored row, split", dt)
 			}
 		}
 	})
@@ -125,6 +151,12 @@ func TestCrossEntropyNonFiniteRows(t *testing.T) {
 			require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, 0, nil, loss.Ptr(), g.Ptr(), nil))
 			for i, v := range append(loss.Values(), g.Values()...) {
 				require.True(t, math.IsNaN(v), "%v [%d] = %g, want NaN", dt, i, v)
+			}
+			lse, g2 := b.New(core.F32, []int64{3}), b.New(dt, []int64{3, cols})
+			require.NoError(t, CrossEntropyForward(x.Ptr(), tt.Ptr(), ignore, 0, loss.Ptr(), lse.Ptr(), nil))
+			require.NoError(t, CrossEntropyBackward(x.Ptr(), tt.Ptr(), lse.Ptr(), ignore, 0, nil, g2.Ptr(), nil))
+			for i, v := range append(append(loss.Values(), lse.Values()...), g2.Values()...) {
+				require.True(t, math.IsNaN(v), "%v split [%d] = %g, want NaN", dt, i, v)
 			}
 		}
 	})
@@ -185,6 +217,49 @@ func TestCrossEntropyRefusals(t *testing.T) {
 		err := CrossEntropy(x.Ptr(), tt.Ptr(), ignore, smoothing, sp, loss.Ptr(), g.Ptr(), nil)
 		require.Equal(t, k.status, tu.Status(t, err), k.name)
 		require.Equal(t, before, [][]byte{loss.Bytes(), g.Bytes()}, "%s: something was written", k.name)
+	}
+}
+
+// The split's own refusals: lse of another dtype or length, or absent; a
+// backward without dlogits; a target out of range on the CPU. Nothing is
+// written.
+func TestCrossEntropySplitRefusals(t *testing.T) {
+	x := tu.New(core.F32, []int64{4, 10})
+	x.Rand(tu.RNG(t), 1)
+	tt := tu.New(core.I64, []int64{4}).Set([]float64{0, 9, ignore, 3})
+	bad := tu.New(core.I64, []int64{4}).Set([]float64{0, 10, ignore, 3})
+	loss, lse, g := tu.New(core.F32, []int64{4}), tu.New(core.F32, []int64{4}), tu.New(core.F32, []int64{4, 10})
+	cases := []struct {
+		name   string
+		call   func() error
+		status core.Status
+	}{
+		{"forward, 16-bit lse", func() error {
+			return CrossEntropyForward(x.Ptr(), tt.Ptr(), ignore, 0, loss.Ptr(), tu.New(core.BF16, []int64{4}).Ptr(), nil)
+		}, core.ErrUnsupportedDType},
+		{"forward, lse of 3", func() error {
+			return CrossEntropyForward(x.Ptr(), tt.Ptr(), ignore, 0, loss.Ptr(), tu.New(core.F32, []int64{3}).Ptr(), nil)
+		}, core.ErrInvalidArgument},
+		{"forward, no lse", func() error {
+			return CrossEntropyForward(x.Ptr(), tt.Ptr(), ignore, 0, loss.Ptr(), nil, nil)
+		}, core.ErrInvalidArgument},
+		{"forward, target past V", func() error {
+			return CrossEntropyForward(x.Ptr(), bad.Ptr(), ignore, 0, loss.Ptr(), lse.Ptr(), nil)
+		}, core.ErrInvalidArgument},
+		{"backward, no lse", func() error {
+			return CrossEntropyBackward(x.Ptr(), tt.Ptr(), nil, ignore, 0, nil, g.Ptr(), nil)
+		}, core.ErrInvalidArgument},
+		{"backward, no dlogits", func() error {
+			return CrossEntropyBackward(x.Ptr(), tt.Ptr(), lse.Ptr(), ignore, 0, nil, nil, nil)
+		}, core.ErrInvalidArgument},
+		{"backward, target past V", func() error {
+			return CrossEntropyBackward(x.Ptr(), bad.Ptr(), lse.Ptr(), ignore, 0, nil, g.Ptr(), nil)
+		}, core.ErrInvalidArgument},
+	}
+	for _, k := range cases {
+		before := [][]byte{loss.Bytes(), lse.Bytes(), g.Bytes()}
+		require.Equal(t, k.status, tu.Status(t, k.call()), k.name)
+		require.Equal(t, before, [][]byte{loss.Bytes(), lse.Bytes(), g.Bytes()}, "%s: something was written", k.name)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 func init() {
 	metal.Register("loss", kernels)
-	crossEntropy.Register(core.DeviceMetal, func(x, t, scale, loss, g *core.View, a args, enc unsafe.Pointer) error {
-		_, strides, flags, err := gpuArgs(x, scale, g)
+	crossEntropy.Register(core.DeviceMetal, func(x, t, scale, loss, g, lse *core.View, a args, enc unsafe.Pointer) error {
+		k, err := gpuArgs(x, scale, loss, g, lse)
 		if err != nil {
 			return err
 		}
@@ -19,19 +19,19 @@ func init() {
 		if err != nil {
 			return err
 		}
-		// an absent scale or gradient binds the logits' buffer (never read):
-		// Metal's validation refuses a kernel's buffer left unbound
-		scaleBuf, gradBuf := metal.Buf(x), metal.Buf(x)
-		if scale != nil {
-			scaleBuf = metal.Buf(scale)
-		}
-		if g != nil {
-			gradBuf = metal.Buf(g)
+		// an absent tensor binds the logits' buffer (never read): Metal's
+		// validation refuses a kernel's buffer left unbound
+		buf := func(v *core.View) metal.Arg {
+			if v == nil {
+				return metal.Buf(x)
+			}
+			return metal.Buf(v)
 		}
 		kernel := dialect.Kernel("cross_entropy", x.DType)
 		p.Dispatch(kernel, x.Rows, p.Threads(kernel, dialect.RowThreads(x.Cols, x.DType, 4)),
-			metal.Buf(x), metal.I64(strides[0]), metal.Buf(t), metal.I64(a.ignore), metal.F32(a.smoothing), scaleBuf,
-			metal.I32(flags[0]), metal.Buf(loss), gradBuf, metal.I64(strides[1]), metal.I32(flags[1]), metal.I32(x.Cols))
+			metal.Buf(x), metal.I64(k.strides[0]), metal.Buf(t), metal.I64(a.ignore), metal.F32(a.smoothing), buf(scale),
+			metal.I32(k.hasScale), buf(loss), buf(g), metal.I64(k.strides[1]), metal.I32(k.hasGrad), buf(lse),
+			metal.I32(int(a.stats)), metal.I32(x.Cols))
 		return p.Encode()
 	})
 }

@@ -26,7 +26,7 @@
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope)
+    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -318,6 +318,18 @@ static void check_cross_entropy(mc_dtype dt, int64_t rows, int64_t cols) {
     }
     expect_close("cross_entropy loss", &loss, want_loss, F32, 1);
     expect_close("cross_entropy dlogits", &g, want, dt, 1.0 / (double)cols);
+    /* the split: loss and lse, then the gradient from lse, outputs poisoned first */
+    tensor lse = make(F32, 1, 1, rows);
+    memset(loss.mem, 0xff, (size_t)loss.n * 4), memset(g.mem, 0xff, (size_t)g.n * 4);
+    CHECK(p_mc_cross_entropy_fwd(&x.t, &target, -100, (float)s, &loss.t, &lse.t, NULL) == MC_OK,
+          "cross_entropy_fwd: %s", p_mc_last_error());
+    CHECK(p_mc_cross_entropy_bwd(&x.t, &target, &lse.t, -100, (float)s, NULL, &g.t, NULL) == MC_OK,
+          "cross_entropy_bwd: %s", p_mc_last_error());
+    expect_close("cross_entropy_fwd loss", &loss, want_loss, F32, 1);
+    expect_close("cross_entropy_bwd dlogits", &g, want, dt, 1.0 / (double)cols);
+    CHECK(p_mc_cross_entropy_bwd(&x.t, &target, NULL, -100, (float)s, NULL, &g.t, NULL) == MC_ERR_INVALID_ARGUMENT,
+          "cross_entropy_bwd without lse: %s", p_mc_last_error());
+    free(lse.mem);
     targets[rows - 1] = cols;
     void* before = malloc((size_t)loss.n * 4);
     memcpy(before, loss.mem, (size_t)loss.n * 4);

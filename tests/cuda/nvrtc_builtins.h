@@ -19,6 +19,7 @@ struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 __device__ float expf(float);
+__device__ float exp2f(float);
 __device__ float logf(float);
 __device__ float __expf(float);
 __device__ float fmaxf(float, float);

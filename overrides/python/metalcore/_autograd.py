@@ -112,29 +112,29 @@ def reduce_loss(rows, count, reduction, dtype):
 
 
 class CrossEntropy(torch.autograd.Function):
-    """The loss alone in the forward (one read of the logits); the backward
-    writes the gradient in one more call, scaled there by the loss's own
-    gradient (over the count of rows not ignored, for a mean), read on the
-    device: no gradient buffer lives from forward to backward."""
+    """The loss and each row's log-sum-exp in the forward (one read of the
+    logits); the backward writes the gradient from them in one more read,
+    scaled there by the loss's own gradient (over the count of rows not
+    ignored, for a mean), read on the device: no gradient buffer lives from
+    forward to backward."""
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index, smoothing, reduction):
         count = (target != ignore_index).sum()
-        rows = _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)
-        ctx.save_for_backward(logits, target, count)
+        rows, lse = _kernels.cross_entropy_forward(logits, target, ignore_index, smoothing)
+        ctx.save_for_backward(logits, target, lse, count)
         ctx.args = ignore_index, smoothing, reduction
         return reduce_loss(rows, count, reduction, logits.dtype)
 
     @staticmethod
     def backward(ctx, dloss):
-        logits, target, count = ctx.saved_tensors
+        logits, target, lse, count = ctx.saved_tensors
         ignore_index, smoothing, reduction = ctx.args
         scale = dloss.float()
         if reduction == "mean":
             scale = scale / count
-        scale = scale.reshape(-1).contiguous()
-        grad = torch.empty_like(logits)
-        _kernels.cross_entropy(logits, target, ignore_index, smoothing, scale, grad)
+        grad = _kernels.cross_entropy_backward(logits, target, lse, ignore_index, smoothing,
+                                               scale.reshape(-1).contiguous())
         return grad, None, None, None, None
 
 

@@ -83,14 +83,15 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, backward: bool) -> Tensor:
 
 
 @torch.library.custom_op("metalcore::cross_entropy", mutates_args=())
-def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, smoothing: float) -> Tensor:
-    """Each row's float32 loss (logits [N, V], int64 target [N])."""
-    return _kernels.cross_entropy(logits, target, ignore_index, smoothing, None)
+def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, smoothing: float) -> Tuple[Tensor, Tensor]:
+    """(each row's float32 loss, each row's log-sum-exp for the backward)
+    (logits [N, V], int64 target [N])."""
+    return _kernels.cross_entropy_forward(logits, target, ignore_index, smoothing)
 
 
 softmax.register_fake(lambda x, upcast: torch.empty_like(x, dtype=torch.float32 if upcast else x.dtype))
-cross_entropy.register_fake(lambda logits, target, ignore_index, smoothing:
-                            logits.new_empty(_kernels.rows(logits), dtype=torch.float32))
+cross_entropy.register_fake(lambda logits, target, ignore_index, smoothing: tuple(
+    logits.new_empty(_kernels.rows(logits), dtype=torch.float32) for _ in range(2)))
 silu.register_fake(lambda x: torch.empty_like(x))
 gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
 glu.register_fake(lambda gate, up, kind: torch.empty_like(gate))
@@ -145,16 +146,16 @@ def glu_backward(dy: Tensor, gate: Tensor, up: Tensor, kind: int) -> Tuple[Tenso
 
 
 @torch.library.custom_op("metalcore::cross_entropy_backward", mutates_args=())
-def cross_entropy_backward(logits: Tensor, target: Tensor, ignore_index: int, smoothing: float,
+def cross_entropy_backward(logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int, smoothing: float,
                            scale: Tensor) -> Tensor:
-    """The gradient of each row's loss times scale (float32, one a row or one)."""
-    grad = torch.empty_like(logits)
-    _kernels.cross_entropy(logits, target, ignore_index, smoothing, scale, grad)
-    return grad
+    """The gradient of each row's loss times scale (float32, one a row or
+    one), from the forward's log-sum-exp."""
+    return _kernels.cross_entropy_backward(logits, target, lse, ignore_index, smoothing, scale)
 
 
 softmax_backward.register_fake(lambda dy, y: torch.empty_like(y))
-cross_entropy_backward.register_fake(lambda logits, target, ignore_index, smoothing, scale: torch.empty_like(logits))
+cross_entropy_backward.register_fake(lambda logits, target, lse, ignore_index, smoothing, scale:
+                                     torch.empty_like(logits))
 glu_backward.register_fake(lambda dy, gate, up, kind: (torch.empty_like(gate), torch.empty_like(up)))
 gelu_backward.register_fake(lambda dy, x, tanh_form: torch.empty_like(x))
 silu_backward.register_fake(lambda dy, x: torch.empty_like(x))
@@ -273,13 +274,13 @@ def _rope_grad(ctx, dy):
 
 
 def _cross_entropy_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
     ctx.args = inputs[2:]
 
 
-def _cross_entropy_grad(ctx, drows):
-    logits, target = ctx.saved_tensors
-    return cross_entropy_backward(logits, target, *ctx.args, drows.float().contiguous()), None, None, None
+def _cross_entropy_grad(ctx, drows, _):
+    logits, target, lse = ctx.saved_tensors
+    return cross_entropy_backward(logits, target, lse, *ctx.args, drows.float().contiguous()), None, None, None
 
 
 rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_context)

@@ -19,6 +19,7 @@ _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
 _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cross_entropy = lib.mc_cross_entropy
+_cross_entropy_fwd, _cross_entropy_bwd = lib.mc_cross_entropy_fwd, lib.mc_cross_entropy_bwd
 _glu_fwd, _glu_bwd = lib.mc_glu_fwd, lib.mc_glu_bwd
 _rope = lib.mc_rope
 
@@ -220,6 +221,27 @@ def cross_entropy(logits, target, ignore_index, smoothing, scale, grad=None):
                   (logits, target, scale, loss, grad))
     check(call(_cross_entropy, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3], a[4]))
     return loss
+
+
+def cross_entropy_forward(logits, target, ignore_index, smoothing):
+    """(each row's float32 loss, each row's log-sum-exp for
+    cross_entropy_backward), from one read of the logits."""
+    loss, lse = (logits.new_empty(rows(logits), dtype=torch.float32) for _ in range(2))
+    CALLS["cross_entropy_fwd"] += 1
+    a = described(("cross_entropy_fwd", form(logits), form(target)), (logits, target, loss, lse))
+    check(call(_cross_entropy_fwd, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3]))
+    return loss, lse
+
+
+def cross_entropy_backward(logits, target, lse, ignore_index, smoothing, scale):
+    """The gradient of the loss rows (times scale: float32, one value or one
+    a row) from cross_entropy_forward's lse: one read of the logits."""
+    grad = torch.empty_like(logits)
+    CALLS["cross_entropy_bwd"] += 1
+    a = described(("cross_entropy_bwd", form(logits), form(target), form(lse), form(scale)),
+                  (logits, target, lse, scale, grad))
+    check(call(_cross_entropy_bwd, logits, a[0], a[1], a[2], ignore_index, smoothing, a[3], a[4]))
+    return grad
 
 
 def linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, scale, chunk, want):

@@ -290,6 +290,8 @@ _SIGNATURES = {
     "mc_adamw_step_scaled": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P]),
     "mc_adamw_step_capturable": (_I32, [_P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     "mc_cross_entropy": (_I32, [_P, _P, _I64, _F, _P, _P, _P, _P]),
+    "mc_cross_entropy_fwd": (_I32, [_P, _P, _I64, _F, _P, _P, _P]),
+    "mc_cross_entropy_bwd": (_I32, [_P, _P, _P, _I64, _F, _P, _P, _P]),
     "mc_glu_fwd": (_I32, [_P, _P, _I32, _P, _P]), "mc_glu_bwd": (_I32, [_P, _P, _P, _I32, _P, _P, _P]),
     "mc_rope": (_I32, [_P, _P, _P, _I32, _P, _P]),
     "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),

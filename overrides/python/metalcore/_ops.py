@@ -76,7 +76,7 @@ def qr(a, mode):
 def cross_entropy(logits, target, ignore_index, smoothing, reduction):
     """logits [N, V], target [N] (contiguous)."""
     if compiling():
-        rows = torch.ops.metalcore.cross_entropy(logits, target, ignore_index, smoothing)
+        rows = torch.ops.metalcore.cross_entropy(logits, target, ignore_index, smoothing)[0]
         return _autograd.reduce_loss(rows, (target != ignore_index).sum(), reduction, logits.dtype)
     if _grad_enabled() and logits.requires_grad:
         return _autograd.CrossEntropy.apply(logits, target, ignore_index, smoothing, reduction)

@@ -697,6 +697,7 @@ void* mcsim_group_alloc(unsigned long size, unsigned long align) {
 }
 
 float mcsim_expf(float x) { return expf(x); }
+float mcsim_exp2f(float x) { return exp2f(x); }
 float mcsim_logf(float x) { return logf(x); }
 float mcsim_powf(float x, float y) { return powf(x, y); }
 float mcsim_fmaf(float a, float b, float c) { return fmaf(a, b, c); }
