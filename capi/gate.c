@@ -111,6 +111,8 @@ MC_GATED(adamw_step_capturable,
           cten* grad_scale, cten* found_inf, cten* steps, cten* lr, void* encoder),
          (cfg, n_tensors, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grad_scale, found_inf, steps, lr,
           encoder))
+MC_GATED(cholesky, (cten* a, int32_t upper, mc_tensor* l, mc_tensor* info, void* encoder),
+         (a, upper, l, info, encoder))
 MC_GATED(qr_workspace_size, (cten* a, int32_t mode, int64_t* bytes), (a, mode, bytes))
 MC_GATED(qr, (cten* a, int32_t mode, mc_tensor* q, mc_tensor* r, mc_tensor* workspace, void* encoder),
          (a, mode, q, r, workspace, encoder))

@@ -278,6 +278,21 @@ mc_status mc_adamw_step_capturable(const mc_adamw_config* cfg, int64_t n_tensors
  * either, larger ones mc_qr_workspace_size bytes of device memory on a's
  * device. */
 enum { MC_QR_REDUCED = 0, MC_QR_COMPLETE = 1, MC_QR_R = 2 };
+/* ---- batched Cholesky (since 0.6) -------------------------------------------
+ * For every matrix A of a [..., n, n] (symmetric positive-definite): with
+ * upper == 0, l = L lower triangular with a positive diagonal, A = L L^T,
+ * reading A's lower triangle only; with upper != 0, l = U = L^T, A = U^T U,
+ * reading the upper triangle. The other triangle of l is zero. info [...]
+ * (int32, one per matrix) is 0 where A factored and k > 0 where its leading
+ * minor of order k is not positive-definite or holds a NaN (LAPACK's potrf):
+ * then l's entries from column (row, with upper) k - 1 on are unspecified.
+ * Nothing waits for the device: a host that must raise on info > 0 reads
+ * info itself. a and l: float32, float16 or bfloat16, one dtype, computed in
+ * float32; contiguous, l never a itself. The GPU kernels hold a matrix in
+ * fast on-chip memory: n up to 128 on CUDA and 64 on Metal, larger ones
+ * MC_ERR_UNSUPPORTED_LAYOUT there (no workspace, no allocation). */
+mc_status mc_cholesky(const mc_tensor* a, int32_t upper, mc_tensor* l, mc_tensor* info, void* encoder);
+
 mc_status mc_qr_workspace_size(const mc_tensor* a, int32_t mode, int64_t* bytes);
 mc_status mc_qr(const mc_tensor* a, int32_t mode, mc_tensor* q, mc_tensor* r,
                 mc_tensor* workspace /* NULL when the size is 0 */, void* encoder);

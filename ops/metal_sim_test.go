@@ -16,6 +16,7 @@ import (
 	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"
 	"metalcore/ops/adamw"
+	"metalcore/ops/cholesky"
 	"metalcore/ops/loss"
 	"metalcore/ops/norm"
 	"metalcore/ops/qr"
@@ -515,4 +516,42 @@ func TestMetalSimSIMDWidth(t *testing.T) {
 	require.Equal(t, core.ErrUnsupportedDevice, core.StatusOf(err))
 	tu.MetalFlush()
 	require.Empty(t, tu.MetalErrors())
+}
+
+// Cholesky on the simulator: orders on both sides of a warp, up to the
+// threadgroup memory's 64, lower and upper, batches of two.
+func TestMetalSimCholesky(t *testing.T) {
+	rng := tu.RNG(t)
+	for _, dt := range tu.DTypes {
+		for _, n := range []int{1, 5, 33, 64} {
+			s := newSimRun(t)
+			var vals []float64
+			for range 2 { // B Bᵀ/n + I
+				bm := make([]float64, n*n)
+				for i := range bm {
+					bm[i] = rng.NormFloat64()
+				}
+				for i := range n {
+					for j := range n {
+						v := 0.0
+						for k := range n {
+							v += bm[i*n+k] * bm[j*n+k]
+						}
+						if v /= float64(n); i == j {
+							v++
+						}
+						vals = append(vals, v)
+					}
+				}
+			}
+			shape := []int64{2, int64(n), int64(n)}
+			a := s.in(dt, shape, vals)
+			for _, upper := range []bool{false, true} {
+				s.check(fmt.Sprintf("cholesky %s n %d upper %v", dt, n, upper), []out{{dt, shape}, {core.I32, []int64{2}}},
+					4*tu.Tol(dt), func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return cholesky.Cholesky(on(a), upper, o[0].Ptr(), o[1].Ptr(), e)
+					})
+			}
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"metalcore/backend/cuda"
 	"metalcore/backend/metal"
 	_ "metalcore/ops/adamw"
+	_ "metalcore/ops/cholesky"
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/qr"
 	_ "metalcore/ops/rope"

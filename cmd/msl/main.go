@@ -12,6 +12,7 @@ import (
 	"metalcore/backend/metal"
 	_ "metalcore/ops/activation"
 	_ "metalcore/ops/adamw"
+	_ "metalcore/ops/cholesky"
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/norm"
 	_ "metalcore/ops/qr"

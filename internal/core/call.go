@@ -69,6 +69,9 @@ func (c *Call) In(name string, t *Tensor) *View { return c.add(name, t, false, f
 // Index registers a required input of int64 indices.
 func (c *Call) Index(name string, t *Tensor) *View { return c.addAs(name, t, false, false, CheckIndex) }
 
+// Info registers a required output of int32 statuses.
+func (c *Call) Info(name string, t *Tensor) *View { return c.addAs(name, t, false, true, CheckInfo) }
+
 // OptIn registers an optional input: nil when t is NULL.
 func (c *Call) OptIn(name string, t *Tensor) *View { return c.add(name, t, true, false) }
 

@@ -42,11 +42,14 @@ const (
 	// I64 is an index (a class target): only CheckIndex makes views of it,
 	// so no float kernel sees one.
 	I64
+	// I32 is a per-matrix status (a factorization's info): only CheckInfo
+	// makes views of it.
+	I32
 )
 
 func (d DType) Size() int {
 	switch d {
-	case F32:
+	case F32, I32:
 		return 4
 	case I64:
 		return 8
@@ -64,6 +67,8 @@ func (d DType) String() string {
 		return "bfloat16"
 	case I64:
 		return "int64"
+	case I32:
+		return "int32"
 	}
 	return "invalid"
 }
@@ -107,6 +112,18 @@ func Check(v *View, name string, t *Tensor) error { return check(v, name, t, dty
 
 // CheckIndex is Check for a tensor of int64 indices (class targets).
 func CheckIndex(v *View, name string, t *Tensor) error { return check(v, name, t, indexDType) }
+
+// CheckInfo is Check for a tensor of int32 statuses (a factorization's
+// info, one per matrix).
+func CheckInfo(v *View, name string, t *Tensor) error { return check(v, name, t, infoDType) }
+
+func infoDType(name string, t *Tensor) (DType, error) {
+	if t.Lanes == 1 && t.Code == codeInt && t.Bits == 32 {
+		return I32, nil
+	}
+	return 0, Errorf(ErrUnsupportedDType, "%s has dtype (code %d, bits %d, lanes %d); it must be int32",
+		name, t.Code, t.Bits, t.Lanes)
+}
 
 func indexDType(name string, t *Tensor) (DType, error) {
 	if t.Lanes == 1 && t.Code == codeInt && t.Bits == 64 {

@@ -176,6 +176,8 @@ func DLPack(dt core.DType) (uint8, uint8) {
 		return 2, 16
 	case core.I64:
 		return 0, 64
+	case core.I32:
+		return 0, 32
 	}
 	return 2, 32
 }
@@ -271,6 +273,8 @@ func (t *Tensor) Set(vals []float64) *Tensor {
 			*(*float32)(unsafe.Add(p, off*4)) = float32(vals[i])
 		case core.I64:
 			*(*int64)(unsafe.Add(p, off*8)) = int64(vals[i])
+		case core.I32:
+			*(*int32)(unsafe.Add(p, off*4)) = int32(vals[i])
 		case core.BF16:
 			*(*uint16)(unsafe.Add(p, off*2)) = simd.F32ToBF16(float32(vals[i]))
 		default:
@@ -292,6 +296,8 @@ func (t *Tensor) Values() []float64 {
 			out[i] = float64(*(*float32)(unsafe.Add(p, off*4)))
 		case core.I64:
 			out[i] = float64(*(*int64)(unsafe.Add(p, off*8)))
+		case core.I32:
+			out[i] = float64(*(*int32)(unsafe.Add(p, off*4)))
 		case core.BF16:
 			out[i] = float64(simd.BF16ToF32(*(*uint16)(unsafe.Add(p, off*2))))
 		default:

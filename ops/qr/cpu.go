@@ -49,7 +49,7 @@ const maxLaneSize = 64
 
 // factorLanes factors matrices [first, first+lanes) together, one per
 // vector lane (a batch's last group pads with zero matrices). Matrices move
-// in and out of the interleaved layout laneBlock elements at a time, so the
+// in and out of the interleaved layout a block of elements at a time, so the
 // part of a being filled or read stays in L1 while every lane's matrix
 // streams (measured: the element-by-element version spent a third of the
 // 2000x32x32 time there).
@@ -59,7 +59,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 	bufs := sc.Buf(bufW, size*lanes) // per lane: the converted input, then the outputs before rounding
 	a := sc.Buf(bufA, m*n*lanes)
 	count := min(lanes, s.batch-first)
-	var mats [maxLanes][]float32
+	var mats [cpu.MaxLanes][]float32
 	for l := range lanes {
 		buf := bufs[l*size : l*size+m*n]
 		if l < count {
@@ -69,7 +69,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 			mats[l] = buf
 		}
 	}
-	interleave(a, mats[:lanes], m*n)
+	cpu.Interleave(a, mats[:lanes], m*n)
 	var q []float32
 	if qv != nil {
 		q = sc.Buf(bufQ, m*qc*lanes)
@@ -80,7 +80,7 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 	for l := range count {
 		mats[l] = rs.At((first+l)*rn).Out(0, bufs[l*size:l*size+rn])
 	}
-	deinterleave(mats[:count], a, rn, lanes) // r's rows are a's first rows
+	cpu.Deinterleave(mats[:count], a, rn, lanes) // r's rows are a's first rows
 	for l := range count {
 		r := mats[l]
 		for i := range s.rRows {
@@ -95,46 +95,9 @@ func factorLanes(s shapes, first, lanes int, av, qv, rv *core.View, sc *cpu.Scra
 	for l := range count {
 		mats[l] = qs.At((first+l)*m*qc).Out(0, bufs[l*size:l*size+m*qc])
 	}
-	deinterleave(mats[:count], q, m*qc, lanes)
+	cpu.Deinterleave(mats[:count], q, m*qc, lanes)
 	for l := range count {
 		qs.At((first+l)*m*qc).Store(0, mats[l])
-	}
-}
-
-// maxLanes is the widest vector's float32 lanes (AVX-512); laneBlock is
-// how many elements (times the lanes) interleave and deinterleave move at a
-// time.
-const (
-	maxLanes  = 16
-	laneBlock = 64
-)
-
-// interleave sets a[e*len(mats)+l] = mats[l][e] for e < elems.
-func interleave(a []float32, mats [][]float32, elems int) {
-	lanes := len(mats)
-	for e0 := 0; e0 < elems; e0 += laneBlock {
-		e1 := min(e0+laneBlock, elems)
-		block := a[e0*lanes : e1*lanes]
-		for l, mat := range mats {
-			for k, x := range mat[e0:e1] {
-				block[k*lanes+l] = x
-			}
-		}
-	}
-}
-
-// deinterleave sets mats[l][e] = a[e*lanes+l] for e < elems (mats may be
-// fewer than a's lanes).
-func deinterleave(mats [][]float32, a []float32, elems, lanes int) {
-	for e0 := 0; e0 < elems; e0 += laneBlock {
-		e1 := min(e0+laneBlock, elems)
-		block := a[e0*lanes : e1*lanes]
-		for l, mat := range mats {
-			out := mat[e0:e1]
-			for k := range out {
-				out[k] = block[k*lanes+l]
-			}
-		}
 	}
 }
 

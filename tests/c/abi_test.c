@@ -26,7 +26,7 @@
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope)
+    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -443,6 +443,49 @@ static void check_qr(void) {
     free(a.mem), free(q.mem), free(r.mem);
 }
 
+/* Cholesky of two 4 x 4 matrices, the second not positive-definite from
+ * order 3: the first's factor against a double reference, the other
+ * triangle zero, and each info; then int64 info refused. */
+static void check_cholesky(void) {
+    enum { N = 4 };
+    tensor a = make(F32, 2, 2 * N, N), l = make(F32, 2, 2 * N, N), m = make(F32, 2, N, N);
+    int64_t shape3[3] = {2, N, N}, ishape[1] = {2};
+    free(a.t.shape), free(l.t.shape);
+    a.t.ndim = l.t.ndim = 3, a.t.shape = l.t.shape = shape3;
+    fill(&m, 1);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                double s = i == j;
+                for (int k = 0; k < N; k++) s += get(&m, i * N + k) * get(&m, j * N + k) / N;
+                set(&a, b * N * N + i * N + j, s);
+            }
+    set(&a, N * N + 2 * N + 2, -5);
+    int32_t info[2] = {-1, -1};
+    mc_tensor it = {info, {MC_DEVICE_CPU, 0}, 1, {MC_DTYPE_INT, 32, 1}, ishape, NULL, 0};
+    CHECK(p_mc_cholesky(&a.t, 0, &l.t, &it, NULL) == MC_OK, "cholesky: %s", p_mc_last_error());
+    CHECK(info[0] == 0 && info[1] == 3, "cholesky: info %d %d, want 0 3", info[0], info[1]);
+    double want[N * N] = {0};
+    for (int j = 0; j < N; j++) {
+        double d = get(&a, j * N + j);
+        for (int k = 0; k < j; k++) d -= want[j * N + k] * want[j * N + k];
+        want[j * N + j] = sqrt(d);
+        for (int i = j + 1; i < N; i++) {
+            double s = get(&a, i * N + j);
+            for (int k = 0; k < j; k++) s -= want[i * N + k] * want[j * N + k];
+            want[i * N + j] = s / want[j * N + j];
+        }
+    }
+    for (int e = 0; e < N * N; e++)
+        CHECK(fabs(get(&l, e) - want[e]) <= 1e-5 * (fabs(want[e]) + 1), "cholesky l[%d] = %g, want %g", e,
+              get(&l, e), want[e]);
+    it.dtype.bits = 64;
+    CHECK(p_mc_cholesky(&a.t, 0, &l.t, &it, NULL) == MC_ERR_UNSUPPORTED_DTYPE, "cholesky: int64 info: %s",
+          p_mc_last_error());
+    a.t.shape = l.t.shape = NULL;
+    free(a.mem), free(l.mem), free(m.mem), free(m.t.shape);
+}
+
 static void check_bad_inputs(void) {
     tensor x = make(F32, 2, 4, 8), w = make(F32, 1, 0, 8), y = make(F32, 2, 4, 8);
     fill(&x, 1);
@@ -643,6 +686,7 @@ int main(int argc, char** argv) {
     check_cpu_settings();
     check_adamw();
     check_qr();
+    check_cholesky();
     check_bad_inputs();
     check_thread_local_errors();
     check_fork();

@@ -21,6 +21,7 @@ type Table struct {
 	Activations
 	AdamWStep
 	QRKernels
+	CholeskyKernels
 	Conversions
 }
 
@@ -97,6 +98,18 @@ type QRKernels struct {
 	// many matrices at once, one per lane. Nil in the portable table.
 	Lanes   int
 	QRLanes func(a []float32, m, n int, q []float32, qCols int, scratch []float32)
+}
+
+// CholeskyKernels are batched Cholesky's primitive.
+type CholeskyKernels struct {
+	// CholeskyLanes factors Lanes n x n matrices at once, one per lane, in
+	// place: a interleaved (element e of matrix l at a[e*Lanes+l]), its
+	// lower triangle read and overwritten by the factor; invDiag holds
+	// n*Lanes floats of scratch. info[l] (Lanes of them) gets LAPACK's info
+	// for lane l: 0, or the order of the first leading minor that is not
+	// positive-definite (or is NaN); past it that lane's factor is
+	// unspecified. Nil in the portable table.
+	CholeskyLanes func(a []float32, n int, invDiag []float32, info []int32)
 }
 
 // Conversions are the 16-bit formats to and from float32.

@@ -101,6 +101,25 @@ class Rope(torch.autograd.Function):
         return tuple(None if d is None else _backward.rope(_kernels, d, cos, sin) for d in (dq, dk)) + (None, None)
 
 
+class Cholesky(torch.autograd.Function):
+    """The factor and info from one library call; the backward is
+    PyTorch's formula on the factor (create_graph included: it is made of
+    PyTorch's differentiable ops)."""
+
+    @staticmethod
+    def forward(ctx, a, upper):
+        l, info = _kernels.cholesky(a, upper)
+        ctx.mark_non_differentiable(info)
+        ctx.save_for_backward(l)
+        ctx.upper = upper
+        return l, info
+
+    @staticmethod
+    def backward(ctx, gl, _):
+        (l,) = ctx.saved_tensors
+        return _backward.cholesky(l, gl, ctx.upper), None
+
+
 def reduce_loss(rows, count, reduction, dtype):
     """F.cross_entropy's reduction of the per-row float32 losses (count:
     the rows not ignored, an int64 tensor), in dtype."""

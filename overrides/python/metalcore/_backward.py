@@ -24,6 +24,19 @@ def torch_rms_norm(x, weight, eps, dims=(-1,)):
     return y if weight is None else y * weight
 
 
+def cholesky(l, gl, upper):
+    """PyTorch's gradient of A for the gradient gl of its Cholesky factor l
+    (Murray 2016, as torch's cholesky_backward), in float32 for 16-bit
+    factors, returned in l's dtype."""
+    lf, g = l.float(), gl.float()
+    if upper:
+        lf, g = lf.mH, g.mH
+    ga = (lf.mH @ g).tril()
+    ga = 0.5 * (ga + ga.tril(-1).mH)
+    ga = torch.linalg.solve_triangular(lf.mH, ga, upper=True, left=True)
+    return torch.linalg.solve_triangular(lf, ga, upper=False, left=False).to(l.dtype)
+
+
 def vjp(fn, inputs, dy, needs):
     """The gradients of fn(*inputs) (PyTorch's own ops) for dy, themselves
     differentiable."""

@@ -329,6 +329,26 @@ linear_cross_entropy.register_autograd(_linear_cross_entropy_grad, setup_context
 
 # ---- QR and AdamW -------------------------------------------------------------------
 
+@torch.library.custom_op("metalcore::cholesky", mutates_args=())
+def cholesky(a: Tensor, upper: bool) -> Tuple[Tensor, Tensor]:
+    return _kernels.cholesky(a, upper)
+
+
+cholesky.register_fake(lambda a, upper: (torch.empty_like(a), a.new_empty(a.shape[:-2], dtype=torch.int32)))
+
+
+def _cholesky_context(ctx, inputs, output):
+    ctx.save_for_backward(output[0])
+    ctx.upper = inputs[1]
+
+
+def _cholesky_grad(ctx, gl, _):
+    return _backward.cholesky(ctx.saved_tensors[0], gl, ctx.upper), None
+
+
+cholesky.register_autograd(_cholesky_grad, setup_context=_cholesky_context)
+
+
 @torch.library.custom_op("metalcore::qr", mutates_args=())
 def qr(a: Tensor, mode: str) -> Tuple[Tensor, Tensor]:
     return _kernels.qr(a, mode)

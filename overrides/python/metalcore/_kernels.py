@@ -18,6 +18,7 @@ _gelu_fwd, _gelu_bwd = lib.mc_gelu_fwd, lib.mc_gelu_bwd
 _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
 _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
+_cholesky = lib.mc_cholesky
 _cross_entropy = lib.mc_cross_entropy
 _cross_entropy_fwd, _cross_entropy_bwd = lib.mc_cross_entropy_fwd, lib.mc_cross_entropy_bwd
 _glu_fwd, _glu_bwd = lib.mc_glu_fwd, lib.mc_glu_bwd
@@ -272,6 +273,19 @@ def linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, 
         if db is not None:
             db.add_(g.sum(0))
     return rows, dh, dw, db
+
+
+# ---- Cholesky -----------------------------------------------------------------------------
+
+def cholesky(a, upper):
+    """(the Cholesky factor of every matrix of a [..., n, n] (contiguous),
+    info int32 [...]: 0, or the order of the first leading minor that is not
+    positive-definite)."""
+    l, info = torch.empty_like(a), a.new_empty(a.shape[:-2], dtype=torch.int32)
+    CALLS["cholesky"] += 1
+    args = described(("cholesky", form(a)), (a, l, info))
+    check(call(_cholesky, a, args[0], int(upper), args[1], args[2]))
+    return l, info
 
 
 # ---- QR ---------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ class Tensor(ctypes.Structure):
 
 
 DTYPES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.uint8: (1, 8),
-          torch.int64: (0, 64)}
+          torch.int64: (0, 64), torch.int32: (0, 32)}
 DEVICES = {"cpu": 1, "cuda": 2, "mps": 8}
 MAX_DIMS = 32  # the library's bound on ndim
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -294,6 +294,7 @@ _SIGNATURES = {
     "mc_cross_entropy_bwd": (_I32, [_P, _P, _P, _I64, _F, _P, _P, _P]),
     "mc_glu_fwd": (_I32, [_P, _P, _I32, _P, _P]), "mc_glu_bwd": (_I32, [_P, _P, _P, _I32, _P, _P, _P]),
     "mc_rope": (_I32, [_P, _P, _P, _I32, _P, _P]),
+    "mc_cholesky": (_I32, [_P, _I32, _P, _P, _P]),
     "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),
     "mc_qr": (_I32, [_P, _I32, _P, _P, _P, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),

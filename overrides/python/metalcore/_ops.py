@@ -73,6 +73,15 @@ def qr(a, mode):
     return _kernels.qr(a, mode)
 
 
+def cholesky(a, upper):
+    """(factor, info) of a contiguous [..., n, n]."""
+    if compiling():
+        return tuple(torch.ops.metalcore.cholesky(a, upper))
+    if _grad_enabled() and a.requires_grad:
+        return _autograd.Cholesky.apply(a, upper)
+    return _kernels.cholesky(a, upper)
+
+
 def cross_entropy(logits, target, ignore_index, smoothing, reduction):
     """logits [N, V], target [N] (contiguous)."""
     if compiling():

@@ -12,7 +12,8 @@ import (
 )
 
 // This file and its siblings (one a family of primitives: reductions.go,
-// rows.go, bf16rows.go, activations.go, adamw.go, qr.go, conversions.go)
+// rows.go, bf16rows.go, activations.go, adamw.go, qr.go, cholesky.go,
+// conversions.go)
 // are the width-independent template of the vector primitives: they name
 // vectors only through vf/vi and the helpers of width.go. Loops run W lanes
 // at a time (reductions 2W with two accumulators) and leave the tail to the
@@ -42,6 +43,7 @@ var Table = simd.Table{
 	QRKernels: simd.QRKernels{
 		Axpy: axpy, Reflect: reflect, VtC: vtc, AddVW: addVW, PanelRows: panelRows, Lanes: W, QRLanes: qrLanes,
 	},
+	CholeskyKernels: simd.CholeskyKernels{CholeskyLanes: choleskyLanes},
 	Conversions: simd.Conversions{
 		BF16ToF32: bf16ToF32, F16ToF32: f16ToF32, F32ToBF16: f32ToBF16, F32ToF16: f32ToF16,
 	},
