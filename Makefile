@@ -288,8 +288,8 @@ bench: $(LIB)
 # PyTorch sees a GPU; python_ops needs one. On a GPU machine without Go:
 # make PYTHON=python3 bench-python-host bench-python-ops bench-e2e
 PYBENCH = PYTHONPATH=overrides/python $(PYTHON)
-.PHONY: bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-llm-ops bench-llm-step
-bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-llm-ops bench-llm-step: bench-%:
+.PHONY: bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-llm-ops bench-llm-step bench-linalg
+bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-llm-ops bench-llm-step bench-linalg: bench-%:
 	$(PYBENCH) bench/$(subst -,_,$*).py > bench/$(subst -,_,$*).md.tmp && mv bench/$(subst -,_,$*).md.tmp bench/$(subst -,_,$*).md
 
 # What a GPU machine without Go needs to run tests/gpu/run.sh and

@@ -133,7 +133,7 @@ def main():
     for device in harness.devices(cpu_first=False):
         where = harness.on(device)
         for attention in ("eager", "sdpa"):
-            rows = run(device, attention, 6 if device == "cuda" else 3)
+            rows = run(device, attention, 10 if device == "cuda" else 3)
             print(f"## {device} ({where}), {attention} attention\n")
             print("| variant | step ms | speed vs PyTorch | memory MiB | first loss |")
             print("|---|---:|---:|---:|---:|")

@@ -1,4 +1,5 @@
-"""Layer 4: patching torch.nn.functional (and torch.linalg.qr) with
+"""Layer 4: patching torch.nn.functional (and torch.linalg's qr, cholesky
+and cholesky_ex) with
 metalcore, and putting the originals back. A patched function computes
 with metalcore wherever the library takes the call and falls back to the
 function it replaced everywhere else, so it never raises where PyTorch
@@ -19,11 +20,11 @@ from .functional import (gelu_refused, last_dim_only, norm_refused, normalized, 
 # faster forward and forward + backward, and QR, bench/qr.md;
 # bench/python_ops.md on CUDA).
 DEFAULTS = {
-    "cpu": {"qr"},
+    "cpu": {"qr", "cholesky"},
     "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
     "cuda": {"rms_norm", "softmax"},
 }
-ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr"}
+ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky"}
 
 # The targets whose fallback is running on this thread. A fallback's
 # function may call another patched function (F.softmax calls
@@ -147,12 +148,46 @@ def qr(A, mode="reduced", *, out=None):
     return _fall_back("qr", why, A, mode)
 
 
+def _cholesky_refused(A, out):
+    """Why the cholesky overrides leave A to PyTorch, or None: a single
+    matrix on the CPU is LAPACK's (metalcore's CPU kernel is for batches)."""
+    why = _off("cholesky", A) or ("out=" if out is not None else None) or linalg.cholesky_refused(A)
+    if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2:
+        why = "one matrix on the CPU"
+    return why
+
+
+def cholesky(A, *, upper=False, out=None):
+    why = _cholesky_refused(A, out) or ("raising under torch.compile" if _lib.compiling() else None)
+    if why is None:
+        l, info = _ops.cholesky(A.contiguous(), bool(upper))
+        linalg.raise_for(info, "linalg.cholesky")
+        return l
+    if out is not None:
+        return _fall_back("cholesky", why, A, upper=upper, out=out)
+    return _fall_back("cholesky", why, A, upper=upper)
+
+
+def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
+    why = _cholesky_refused(A, out)
+    if why is None:
+        l, info = _ops.cholesky(A.contiguous(), bool(upper))
+        if check_errors:
+            linalg.raise_for(info, "linalg.cholesky_ex")
+        return torch.return_types.linalg_cholesky_ex((l, info))
+    if out is not None:
+        return _fall_back("cholesky_ex", why, A, upper=upper, check_errors=check_errors, out=out)
+    return _fall_back("cholesky_ex", why, A, upper=upper, check_errors=check_errors)
+
+
 # What each target patches: target -> (op, owner, attribute, the patched function)
 _TARGETS = {
     "rms_norm": ("rms_norm", F, "rms_norm", rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", layer_norm),
     "softmax": ("softmax", F, "softmax", softmax), "torch_softmax": ("softmax", torch, "softmax", torch_softmax),
     "tensor_softmax": ("softmax", torch.Tensor, "softmax", tensor_softmax), "gelu": ("gelu", F, "gelu", gelu),
     "silu": ("silu", F, "silu", silu), "qr": ("qr", torch.linalg, "qr", qr),
+    "cholesky": ("cholesky", torch.linalg, "cholesky", cholesky),
+    "cholesky_ex": ("cholesky", torch.linalg, "cholesky_ex", cholesky_ex),
 }
 
 

@@ -73,7 +73,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False):
         return _torch_cholesky_ex(A, upper=upper, check_errors=check_errors)
     l, info = _ops.cholesky(A.contiguous(), bool(upper))
     if check_errors:
-        _raise_for(info, "linalg.cholesky_ex")
+        raise_for(info, "linalg.cholesky_ex")
     return l, info
 
 
@@ -87,11 +87,11 @@ def cholesky(A, *, upper=False):
         _lib.pytorch_computes("cholesky", why)
         return _torch_cholesky(A, upper=upper)
     l, info = _ops.cholesky(A.contiguous(), bool(upper))
-    _raise_for(info, "linalg.cholesky")
+    raise_for(info, "linalg.cholesky")
     return l
 
 
-def _raise_for(info, name):
+def raise_for(info, name):
     """PyTorch's error for the first matrix whose info is not 0."""
     bad = torch.nonzero(info.reshape(-1)).flatten()
     if bad.numel() == 0:

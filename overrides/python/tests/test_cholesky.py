@@ -88,3 +88,31 @@ def test_pytorch_keeps_the_rest(device):
     assert empty[0].shape == (0, 4, 4) and empty[1].shape == (0,)
     a = spd((3,), 8, torch.float32, device, gen)
     close(metalcore.linalg.cholesky(a.mT), torch.linalg.cholesky(a.double()), torch.float32)
+
+
+def test_overrides(device):
+    """torch.linalg.cholesky and cholesky_ex patched: batches are
+    metalcore's (PyTorch's results, its named tuple, its error), a single CPU
+    matrix, float64 and out= PyTorch's, counted."""
+    gen = torch.Generator().manual_seed(11)
+    a = spd((4,), 12, torch.float32, device, gen)
+    want = torch.linalg.cholesky(a.double())
+    metalcore.reset_call_counts()
+    metalcore.reset_fallback_counts()
+    with metalcore.pytorch_overrides(ops=["cholesky"]):
+        close(torch.linalg.cholesky(a), want, torch.float32, "cholesky")
+        res = torch.linalg.cholesky_ex(a, upper=True)
+        close(res.L, want.mT, torch.float32, "cholesky_ex upper")
+        assert res.info.dtype == torch.int32 and not res.info.any()
+        assert metalcore.call_counts() == {"cholesky": 2}
+        bad = a.clone()
+        bad[2, 3, 3] = -1
+        with pytest.raises(torch.linalg.LinAlgError, match=r"Batch element 2"):
+            torch.linalg.cholesky(bad)
+        torch.linalg.cholesky(a.double())
+        torch.linalg.cholesky_ex(a, out=(torch.empty_like(a), torch.empty(4, dtype=torch.int32, device=device)))
+        torch.linalg.cholesky(a[0])
+    fell = metalcore.fallback_counts()["cholesky"]
+    assert fell.get("dtype float64") == 1 and fell.get("out=") == 1
+    assert fell.get("one matrix on the CPU") == (1 if device == "cpu" else None)
+    assert torch.linalg.cholesky is metalcore.linalg._torch_cholesky

@@ -17,6 +17,8 @@ def samples(device):
     rstd = torch.rand(3, device=device) + 0.5
     mean = torch.randn(3, device=device)
     y = torch.softmax(x, -1)
+    m = torch.randn(2, 5, 5, device=device)
+    spd = m @ m.mT + torch.eye(5, device=device)
     ops = torch.ops.metalcore
     grad = lambda t: t.clone().requires_grad_()  # noqa: E731
     return [
@@ -33,12 +35,13 @@ def samples(device):
         (ops.rope, (grad(x.reshape(3, 1, 5, 8)), mean.new_ones(1, 5, 8), x[:1].reshape(1, 5, 8), False)),
         (ops.rope, (x.reshape(3, 2, 5, 4), x[:1].reshape(1, 5, 8)[..., :4], x[1:2].reshape(1, 5, 8)[..., :4], True)),
         (ops.cross_entropy, (grad(x), torch.tensor([3, -100, 39], device=device), -100, 0.1)),
-        (ops.cross_entropy_backward, (x, torch.tensor([3, -100, 39], device=device), -100, 0.0, rstd)),
+        (ops.cross_entropy_backward, (x, torch.tensor([3, -100, 39], device=device), mean + 4, -100, 0.0, rstd)),
         (ops.linear_cross_entropy, (grad(x), grad(torch.randn(7, 40, device=device)), grad(torch.randn(7, device=device)),
                                     torch.tensor([3, -100, 6], device=device), -100, 0.1, True, 2, True, True, True)),
         (ops.linear_cross_entropy, (grad(x), grad(torch.randn(7, 40, device=device)), None,
                                     torch.tensor([3, 0, 6], device=device), -100, 0.0, False, 8, False, True, False)),
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
+        (ops.cholesky, (grad(spd), False)), (ops.cholesky, (spd[0], True)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [],
@@ -155,3 +158,24 @@ def test_compile_linear_cross_entropy(device, reduction):
     torch.testing.assert_close(got, want)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_compile_cholesky(device):
+    """metalcore.linalg.cholesky_ex under torch.compile(fullgraph=True) is
+    the custom op, forward and backward, as eager."""
+    torch.manual_seed(0)
+    m = torch.randn(3, 6, 6, device=device)
+    a = (m @ m.mT + torch.eye(6, device=device)).requires_grad_()
+
+    def f(a):
+        l, info = metalcore.linalg.cholesky_ex(a, upper=True)
+        return (l * l.detach().flip(-1)).sum() + info.sum()
+
+    want = f(a)
+    (want_grad,) = torch.autograd.grad(want, a)
+    metalcore.reset_call_counts()
+    got = torch.compile(f, fullgraph=True)(a)
+    (got_grad,) = torch.autograd.grad(got, a)
+    assert metalcore.call_counts().get("cholesky") == 1, metalcore.call_counts()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)

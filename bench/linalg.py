@@ -1,0 +1,83 @@
+"""Batched small-matrix linear algebra through metalcore.linalg against
+torch.linalg on the same inputs in the same run (bench/linalg.md):
+
+    python3 bench/linalg.py [cpu|cuda ...] > bench/linalg.md
+
+Cholesky (cholesky_ex, float32) of B Bᵀ/n + I at issue 32's shapes. On the
+CPU metalcore runs on its threads and PyTorch (LAPACK underneath) at the
+faster of 1 thread and as many as metalcore's; on CUDA PyTorch is cuSOLVER
+or MAGMA. Each time is the median of 5 timed calls (20 on CUDA) after a
+warm-up, outputs allocated by the call as a user's are. Error: the largest
+||L Lᵀ - A|| / ||A|| over the batch, in float64, for each side's factor."""
+import statistics
+import time
+
+import torch
+
+import harness
+import metalcore
+
+CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
+
+
+def timed(fn, device, rounds):
+    fn()
+    times = []
+    for _ in range(rounds):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def reconstruction(l, a):
+    l, a = l.double(), a.double()
+    return ((l @ l.mT - a).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1)).max().item()
+
+
+def pytorch_time(fn, device, rounds):
+    """PyTorch's time and its thread count: on the CPU the faster of one
+    thread and metalcore's count."""
+    if device != "cpu":
+        return timed(fn, device, rounds), ""
+    best = None
+    for threads in sorted({1, metalcore.cpu_threads()}):
+        torch.set_num_threads(threads)
+        t = timed(fn, device, rounds)
+        if best is None or t < best[0]:
+            best = (t, f" ({threads} thread{'s' if threads > 1 else ''})")
+    torch.set_num_threads(metalcore.cpu_threads())
+    return best
+
+
+def main():
+    print("# Batched small-matrix linear algebra\n")
+    print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/linalg.py`. Milliseconds, "
+          "median of 5 calls (20 on CUDA); speed is PyTorch's time over metalcore's; error is the largest "
+          "||L Lᵀ - A|| / ||A|| over the batch. Bars (issue 32): Cholesky 10000 x 32² >= 3x on the CPU and >= 2x on "
+          "the H100, >= 1.0x elsewhere up to n = 128.\n")
+    for device in harness.devices(cpu_first=True):
+        where = harness.on(device)
+        rounds = 20 if device == "cuda" else 5
+        print(f"## {device} ({where})\n")
+        print("| op | shape | PyTorch ms | metalcore ms | speed | PyTorch error | metalcore error |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for batch, n in CHOLESKY:
+            gen = torch.Generator().manual_seed(n)
+            b = torch.randn(batch, n, n, generator=gen, dtype=torch.float64)
+            a = (b @ b.mT / n + torch.eye(n, dtype=torch.float64)).float().to(device)
+            theirs, threads = pytorch_time(lambda: torch.linalg.cholesky_ex(a), device, rounds)
+            ours = timed(lambda: metalcore.linalg.cholesky_ex(a), device, rounds)
+            err_t = reconstruction(torch.linalg.cholesky_ex(a)[0], a)
+            err_o = reconstruction(metalcore.linalg.cholesky_ex(a)[0], a)
+            print(f"| cholesky_ex | {batch} x {n} x {n} | {theirs:.3f}{threads} | {ours:.3f} | {theirs / ours:.2f} | "
+                  f"{err_t:.1e} | {err_o:.1e} |")
+        print()
+
+
+if __name__ == "__main__":
+    main()
