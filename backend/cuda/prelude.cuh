@@ -55,6 +55,8 @@ struct mc_ids {
 
 // lane l's v exchanged with lane l ^ o's, in a 32-lane SIMD group
 template <class V> MC_DEVICE V mc_shfl_xor(V v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+// mc_shfl: v of lane `from` of the warp, every lane taking part
+template <class V> MC_DEVICE V mc_shfl(V v, int from) { return __shfl_sync(0xffffffffu, v, from); }
 MC_DEVICE float mc_inf() { return __int_as_float(0x7f800000); }
 // 2^e for e in [-126, 127], exactly
 MC_DEVICE float mc_pow2(int e) { return __int_as_float((127 + e) << 23); }

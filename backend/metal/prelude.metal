@@ -47,6 +47,10 @@ template <class V>
 MC_DEVICE V mc_shfl_xor(V v, int o) {
     return simd_shuffle_xor(v, (ushort)o);
 }
+template <class V>
+MC_DEVICE V mc_shfl(V v, int from) {
+    return simd_shuffle(v, (ushort)from);
+}
 MC_DEVICE float mc_inf() { return as_type<float>(0x7f800000u); }
 // 2^e for e in [-126, 127], exactly
 MC_DEVICE float mc_pow2(int e) { return as_type<float>((127 + e) << 23); }

@@ -6,10 +6,10 @@
 // formed as it is written out.
 template <class D>
 MC_DEVICE void cholesky(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLOBAL void* l_, MC_GLOBAL int* info,
-                        int n, int upper) {
+                        int n, int upper, int) {
     typedef typename D::T T;
     MC_GROUP float* S = (MC_GROUP float*)S4;  // declared as the other kernels' dynamic memory is
-    int ld = n + 1, nn = n * n;
+    int ld = n + 1, nn = n * n, tx = MC_TID & 31, ty = MC_TID >> 5, ny = MC_NTHREADS >> 5;
     mc_i64 b = MC_BLOCK;
     MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * nn;
     MC_GLOBAL T* l = (MC_GLOBAL T*)l_ + b * nn;
@@ -27,13 +27,11 @@ MC_DEVICE void cholesky(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, M
             break;
         }
         float inv = 1.f / d;
-        int m = n - j - 1;
-        for (int e = MC_TID; e < m * m; e += MC_NTHREADS) {
-            int ii = e / m, kk = e - ii * m;
-            if (kk <= ii) {
-                int i = j + 1 + ii, k = j + 1 + kk;
-                S[i * ld + k] = fmaf(-S[i * ld + j] * inv, S[k * ld + j], S[i * ld + k]);
-            }
+        // a warp takes a row at a time, its lanes consecutive columns: no
+        // bank conflicts, s_ij one broadcast
+        for (int i = j + 1 + ty; i < n; i += ny) {
+            float sij = S[i * ld + j] * inv;
+            for (int k = j + 1 + tx; k <= i; k += 32) S[i * ld + k] = fmaf(-sij, S[k * ld + j], S[i * ld + k]);
         }
         MC_BARRIER();
     }
@@ -45,5 +43,60 @@ MC_DEVICE void cholesky(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, M
     }
 }
 MC_INSTANTIATE_DYNAMIC(cholesky, float4, ,
-                       (MC_GLOBAL const void* a, MC_GLOBAL void* l, MC_GLOBAL int* info, int n, int upper),
-                       (a, l, info, n, upper))
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* l, MC_GLOBAL int* info, int n, int upper, int batch),
+                       (a, l, info, n, upper, batch))
+
+// Orders up to 32: a warp per matrix, lane i holding row i of the lower
+// triangle in registers (the loops unrolled, so every index is constant);
+// column j's entries reach the other lanes by shuffles. The matrix moves
+// between memory and registers through the warp's part of shared memory
+// (row stride 33: a lane's row is conflict-free), so that the device reads
+// and writes it in whole lines.
+template <class D>
+MC_DEVICE void cholesky_warp(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLOBAL void* l_,
+                             MC_GLOBAL int* info, int n, int upper, int batch) {
+    typedef typename D::T T;
+    int lane = MC_TID & 31, nn = n * n;
+    mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS >> 5) + (MC_TID >> 5);
+    if (b >= batch) return;  // the whole warp: nothing below waits for the others
+    MC_GROUP float* S = (MC_GROUP float*)S4 + (MC_TID >> 5) * 32 * 33;
+    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * nn;
+    MC_GLOBAL T* l = (MC_GLOBAL T*)l_ + b * nn;
+    for (int e = lane; e < nn; e += 32) {
+        int i = e / n, k = e - i * n;
+        S[i * 33 + k] = D::load(a + e);
+    }
+    MC_WARP_BARRIER();
+    bool row = lane < n;
+    float r[32];
+#pragma unroll
+    for (int k = 0; k < 32; k++) r[k] = row && k <= lane ? S[upper ? k * 33 + lane : lane * 33 + k] : 0.f;
+    int fail = 0;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        if (j >= n) break;
+        float d = mc_shfl(r[j], j);
+        if (fail == 0 && !(d > 0.f)) fail = j + 1;  // not positive, or NaN
+        r[j] /= sqrtf(d);                           // lane j: sqrt(d); above it, zeros stay
+#pragma unroll
+        for (int k = j + 1; k < 32; k++) {
+            if (k >= n) break;
+            float lkj = mc_shfl(r[j], k);
+            if (k <= lane) r[k] = fmaf(-r[j], lkj, r[k]);
+        }
+    }
+    if (lane == 0) info[b] = fail;
+    MC_WARP_BARRIER();  // every lane has read its row
+    if (row)
+#pragma unroll
+        for (int k = 0; k < 32; k++)
+            if (k < n) S[upper ? k * 33 + lane : lane * 33 + k] = r[k];
+    MC_WARP_BARRIER();
+    for (int e = lane; e < nn; e += 32) {
+        int i = e / n, k = e - i * n;
+        D::store(l + e, S[i * 33 + k]);
+    }
+}
+MC_INSTANTIATE_DYNAMIC(cholesky_warp, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* l, MC_GLOBAL int* info, int n, int upper, int batch),
+                       (a, l, info, n, upper, batch))

@@ -15,7 +15,7 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	factor.Register(core.DeviceCUDA, func(s shapes, a, l, info *core.View, enc unsafe.Pointer) error {
-		threads, shared, err := gpuLaunch(s.n, MaxGPUOrder)
+		kernel, blocks, threads, shared, err := gpuLaunch(s, MaxGPUOrder)
 		if err != nil {
 			return err
 		}
@@ -23,7 +23,8 @@ func init() {
 		if s.upper {
 			upper = 1
 		}
-		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel("cholesky", a.DType), s.batch, threads,
-			shared, cuda.Ptr(a.Base), cuda.Ptr(l.Base), cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upper)))
+		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(kernel, a.DType), blocks, threads,
+			shared, cuda.Ptr(a.Base), cuda.Ptr(l.Base), cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upper),
+			cuda.I32(s.batch)))
 	})
 }

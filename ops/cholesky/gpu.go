@@ -2,16 +2,26 @@ package cholesky
 
 import "metalcore/internal/core"
 
-// gpuLaunch is a GPU launch's threads a block and shared bytes for order n
-// (a block per matrix), or an unsupported-layout error past most.
-func gpuLaunch(n, most int) (threads, shared int, err error) {
+// warpOrder is the largest order the warp kernel takes (a row a lane);
+// warpsPerBlock its matrices a block.
+const (
+	warpOrder     = 32
+	warpsPerBlock = 4
+)
+
+// gpuLaunch is a GPU launch for s: the kernel, its blocks, threads a block
+// and shared bytes, or an unsupported-layout error past order most. Up to
+// warpOrder a warp per matrix, above a block per matrix.
+func gpuLaunch(s shapes, most int) (kernel string, blocks, threads, shared int, err error) {
+	n := s.n
 	if n > most {
-		return 0, 0, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; the GPU kernel takes up to "+
-			"%d x %d", n, n, most, most)
+		return "", 0, 0, 0, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; the GPU kernel "+
+			"takes up to %d x %d", n, n, most, most)
 	}
-	threads = 32
-	for threads < 512 && threads*threads < n*n*4 { // about 4 trailing entries a thread at step 0
-		threads *= 2
+	if n <= warpOrder {
+		return "cholesky_warp", (s.batch + warpsPerBlock - 1) / warpsPerBlock, 32 * warpsPerBlock,
+			warpsPerBlock * 32 * 33 * 4, nil
 	}
-	return threads, max(n*(n+1)*4, 16), nil // some memory even at n = 0: the kernel declares it
+	// whole warps (the kernel's rows go a warp each), one for every 8 rows
+	return "cholesky", s.batch, 32 * min(n/8, 16), n * (n + 1) * 4, nil
 }

@@ -14,7 +14,7 @@ const maxMetalOrder = 64
 func init() {
 	metal.Register("cholesky", kernels)
 	factor.Register(core.DeviceMetal, func(s shapes, a, l, info *core.View, enc unsafe.Pointer) error {
-		threads, shared, err := gpuLaunch(s.n, maxMetalOrder)
+		name, blocks, threads, shared, err := gpuLaunch(s, maxMetalOrder)
 		if err != nil {
 			return err
 		}
@@ -22,16 +22,20 @@ func init() {
 		if err != nil {
 			return err
 		}
-		kernel := dialect.Kernel("cholesky", a.DType)
-		if most := p.Threads(kernel, threads); most < threads {
-			threads = most // the kernel loops over its threads
+		kernel := dialect.Kernel(name, a.DType)
+		if most := p.Threads(kernel, threads); most < threads { // whole simdgroups of 32
+			if name == "cholesky_warp" || most < 32 {
+				return core.Errorf(core.ErrUnsupportedDevice, "mc_cholesky: the device runs %s on at most %d threads "+
+					"a threadgroup; it needs %d", kernel, most, threads)
+			}
+			threads = most &^ 31 // the block kernel loops over its warps
 		}
 		upper := 0
 		if s.upper {
 			upper = 1
 		}
-		p.DispatchWith(kernel, s.batch, threads, shared, nil, metal.Buf(a), metal.Buf(l), metal.Buf(info),
-			metal.I32(s.n), metal.I32(upper))
+		p.DispatchWith(kernel, blocks, threads, shared, nil, metal.Buf(a), metal.Buf(l), metal.Buf(info),
+			metal.I32(s.n), metal.I32(upper), metal.I32(s.batch))
 		return p.Encode()
 	})
 }

@@ -35,6 +35,7 @@ __device__ float __uint_as_float(unsigned);
 __device__ unsigned __float_as_uint(float);
 __device__ int __float_as_int(float);
 __device__ float __shfl_xor_sync(unsigned, float, int);
+__device__ float __shfl_sync(unsigned, float, int);
 __device__ int __shfl_xor_sync(unsigned, int, int);
 __device__ void __syncthreads();
 __device__ void __syncwarp(unsigned = 0xffffffff);

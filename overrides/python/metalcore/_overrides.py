@@ -18,11 +18,11 @@ from .functional import (gelu_refused, last_dim_only, norm_refused, normalized, 
 # "device/dtype". Chosen through the public API against PyTorch at equal
 # threads (bench/overrides_cpu.md: on the CPU the bfloat16 ops that are
 # faster forward and forward + backward, and QR, bench/qr.md;
-# bench/python_ops.md on CUDA).
+# bench/python_ops.md on CUDA; Cholesky, bench/linalg.md).
 DEFAULTS = {
     "cpu": {"qr", "cholesky"},
     "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
-    "cuda": {"rms_norm", "softmax"},
+    "cuda": {"rms_norm", "softmax", "cholesky"},
 }
 ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky"}
 
@@ -149,11 +149,15 @@ def qr(A, mode="reduced", *, out=None):
 
 
 def _cholesky_refused(A, out):
-    """Why the cholesky overrides leave A to PyTorch, or None: a single
-    matrix on the CPU is LAPACK's (metalcore's CPU kernel is for batches)."""
+    """Why the cholesky overrides leave A to PyTorch, or None: where
+    PyTorch's is faster (bench/linalg.md), a single matrix on the CPU
+    (metalcore's CPU kernel is for batches) and orders above 32 on CUDA
+    (metalcore's block-per-matrix kernel; up to 32, a warp per matrix)."""
     why = _off("cholesky", A) or ("out=" if out is not None else None) or linalg.cholesky_refused(A)
     if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2:
         why = "one matrix on the CPU"
+    if why is None and A.is_cuda and A.shape[-1] > 32:
+        why = "order above 32 on CUDA"
     return why
 
 
