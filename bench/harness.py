@@ -1,7 +1,9 @@
 """What the Python package's benchmarks share: the devices a run measures,
-and each device's description, with PyTorch's CPU threads set to
-metalcore's (CPU comparisons run at equal thread counts)."""
+each device's description, with PyTorch's CPU threads set to metalcore's
+(CPU comparisons run at equal thread counts), and a call's median time."""
+import statistics
 import sys
+import time
 
 import torch
 
@@ -21,3 +23,20 @@ def on(device):
         return torch.cuda.get_device_name()
     torch.set_num_threads(metalcore.cpu_threads())
     return f"CPU, {torch.get_num_threads()} threads"
+
+
+def timed(fn, device, rounds=None):
+    """fn's median time in ms over rounds timed calls (20 on CUDA, where a
+    call takes a millisecond or less, 5 on the CPU)."""
+    rounds = rounds or (20 if device == "cuda" else 5)
+    fn()
+    times = []
+    for _ in range(rounds):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3

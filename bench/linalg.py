@@ -9,29 +9,12 @@ faster of 1 thread and as many as metalcore's; on CUDA PyTorch is cuSOLVER
 or MAGMA. Each time is the median of 5 timed calls (20 on CUDA) after a
 warm-up, outputs allocated by the call as a user's are. Error: the largest
 ||L Lᵀ - A|| / ||A|| over the batch, in float64, for each side's factor."""
-import statistics
-import time
-
 import torch
 
 import harness
 import metalcore
 
 CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
-
-
-def timed(fn, device, rounds):
-    fn()
-    times = []
-    for _ in range(rounds):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def reconstruction(l, a):
@@ -43,11 +26,11 @@ def pytorch_time(fn, device, rounds):
     """PyTorch's time and its thread count: on the CPU the faster of one
     thread and metalcore's count."""
     if device != "cpu":
-        return timed(fn, device, rounds), ""
+        return harness.timed(fn, device, rounds), ""
     best = None
     for threads in sorted({1, metalcore.cpu_threads()}):
         torch.set_num_threads(threads)
-        t = timed(fn, device, rounds)
+        t = harness.timed(fn, device, rounds)
         if best is None or t < best[0]:
             best = (t, f" ({threads} thread{'s' if threads > 1 else ''})")
     torch.set_num_threads(metalcore.cpu_threads())
@@ -71,7 +54,7 @@ def main():
             b = torch.randn(batch, n, n, generator=gen, dtype=torch.float64)
             a = (b @ b.mT / n + torch.eye(n, dtype=torch.float64)).float().to(device)
             theirs, threads = pytorch_time(lambda: torch.linalg.cholesky_ex(a), device, rounds)
-            ours = timed(lambda: metalcore.linalg.cholesky_ex(a), device, rounds)
+            ours = harness.timed(lambda: metalcore.linalg.cholesky_ex(a), device, rounds)
             err_t = reconstruction(torch.linalg.cholesky_ex(a)[0], a)
             err_o = reconstruction(metalcore.linalg.cholesky_ex(a)[0], a)
             print(f"| cholesky_ex | {batch} x {n} x {n} | {theirs:.3f}{threads} | {ours:.3f} | {theirs / ours:.2f} | "

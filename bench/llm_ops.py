@@ -22,31 +22,11 @@ inputs (CUDA). Where Liger-Kernel's Triton ops can be imported
 (liger_kernel on PYTHONPATH, CUDA), its cross-entropy, SiLU-mul and RoPE
 run in the same process on the same inputs (bar: >= 1.0x Liger for
 cross_entropy and rope)."""
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 
 import harness
 import metalcore
-
-
-def timed(fn, device, rounds=None):
-    """fn's median time in ms over rounds timed calls (20 on CUDA, where a
-    call takes a millisecond or less, 5 on the CPU)."""
-    rounds = rounds or (20 if device == "cuda" else 5)
-    fn()
-    times = []
-    for _ in range(rounds):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def peak_mib(fn, device):
@@ -77,13 +57,13 @@ def liger():
 
 def row(name, theirs, ours, peer, device, rounds=None):
     """A table row: PyTorch's step, metalcore's, and the peer's (or None)."""
-    t_theirs, t_ours = timed(theirs, device, rounds), timed(ours, device, rounds)
+    t_theirs, t_ours = harness.timed(theirs, device, rounds), harness.timed(ours, device, rounds)
     cells = [name, f"{t_theirs:.2f}", f"{t_ours:.2f}", f"{t_theirs / t_ours:.2f}", peak_mib(theirs, device),
              peak_mib(ours, device)]
     if peer is None:
         cells += ["", "", ""]
     else:
-        t_peer = timed(peer, device, rounds)
+        t_peer = harness.timed(peer, device, rounds)
         cells += [f"{t_peer:.2f}", f"{t_peer / t_ours:.2f}", peak_mib(peer, device)]
     print("| " + " | ".join(cells) + " |")
 
