@@ -1,9 +1,12 @@
 // Batched Cholesky, a block per matrix held in shared memory as float32
 // (row stride n + 1, so that a column's entries fall in different banks).
-// Right-looking without square roots: step j subtracts s_ij s_kj / s_jj
-// from the trailing lower triangle, leaving column j as it was, so one
-// barrier a step suffices; the factor is l_ij = s_ij / sqrt(s_jj),
-// formed as it is written out.
+// Right-looking without square roots, by panels of 8 columns: within the
+// panel, step j subtracts s_ij s_kj / s_jj from the panel's later columns
+// (one barrier a column), then the trailing triangle takes the whole
+// panel's 8 products at once (one barrier a panel); column j is left as
+// it was, and the factor is l_ij = s_ij / sqrt(s_jj), formed as it is
+// written out.
+#define CHOL_PANEL 8
 template <class D>
 MC_DEVICE void cholesky(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLOBAL void* l_, MC_GLOBAL int* info,
                         int n, int upper, int) {
@@ -20,18 +23,37 @@ MC_DEVICE void cholesky(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, M
     }
     MC_BARRIER();
     int fail = 0;
-    for (int j = 0; j < n; j++) {
-        float d = S[j * ld + j];  // every thread reads the same: a uniform branch
-        if (!(d > 0.f)) {         // not positive, or NaN
-            fail = j + 1;
-            break;
+    for (int p0 = 0; p0 < n && fail == 0; p0 += CHOL_PANEL) {
+        int p1 = p0 + CHOL_PANEL < n ? p0 + CHOL_PANEL : n;
+        for (int j = p0; j < p1; j++) {
+            float d = S[j * ld + j];  // every thread reads the same: a uniform branch
+            if (!(d > 0.f)) {         // not positive, or NaN
+                fail = j + 1;
+                break;
+            }
+            // the panel's later columns, a thread a (row, column)
+            float inv = 1.f / d;
+            int k = j + 1 + (MC_TID & (CHOL_PANEL - 1));
+            for (int i = j + 1 + MC_TID / CHOL_PANEL; i < n; i += MC_NTHREADS / CHOL_PANEL)
+                if (k < p1 && k <= i) S[i * ld + k] = fmaf(-S[i * ld + j] * inv, S[k * ld + j], S[i * ld + k]);
+            MC_BARRIER();
         }
-        float inv = 1.f / d;
-        // a warp takes a row at a time, its lanes consecutive columns: no
-        // bank conflicts, s_ij one broadcast
-        for (int i = j + 1 + ty; i < n; i += ny) {
-            float sij = S[i * ld + j] * inv;
-            for (int k = j + 1 + tx; k <= i; k += 32) S[i * ld + k] = fmaf(-sij, S[k * ld + j], S[i * ld + k]);
+        if (fail != 0) break;
+        // the trailing triangle: a warp a row, lanes on consecutive columns
+        float inv[CHOL_PANEL];
+#pragma unroll
+        for (int q = 0; q < CHOL_PANEL; q++) inv[q] = p0 + q < p1 ? 1.f / S[(p0 + q) * ld + p0 + q] : 0.f;
+        for (int i = p1 + ty; i < n; i += ny) {
+            float si[CHOL_PANEL];
+#pragma unroll
+            for (int q = 0; q < CHOL_PANEL; q++) si[q] = p0 + q < p1 ? S[i * ld + p0 + q] * inv[q] : 0.f;
+            for (int k = p1 + tx; k <= i; k += 32) {
+                float acc = S[i * ld + k];
+#pragma unroll
+                for (int q = 0; q < CHOL_PANEL; q++)
+                    if (p0 + q < p1) acc = fmaf(-si[q], S[k * ld + p0 + q], acc);
+                S[i * ld + k] = acc;
+            }
         }
         MC_BARRIER();
     }

@@ -61,7 +61,12 @@ func crossEntropyCPU(xv, tv, sv, lv, gv, sev *core.View, a args, _ unsafe.Pointe
 				continue
 			}
 			xs := cpu.RowSpan(xv, r).Load(0, sc.Buf(bufX, cols))
-			if a.stats == readStats { // e = exp(x - lse): NaN throughout where lse is
+			if a.stats == readStats { // e = exp(x - lse), NaN throughout where lse is not finite
+				if !cpu.Finite(lses[r]) { // (the vector exp's clamp would turn NaN into 0)
+					cpu.Fill(e, float32(math.NaN()))
+					g.Store(0, e)
+					continue
+				}
 				k.ExpSum(e, xs, lses[r])
 				gradient(k, e, int(t), scales[min(r, len(scales)-1)], 1, s/v, 1-s)
 				g.Store(0, e)
