@@ -149,15 +149,11 @@ def qr(A, mode="reduced", *, out=None):
 
 
 def _cholesky_refused(A, out):
-    """Why the cholesky overrides leave A to PyTorch, or None: where
-    PyTorch's is faster (bench/linalg.md), a single matrix on the CPU
-    (metalcore's CPU kernel is for batches) and orders above 32 on CUDA
-    (metalcore's block-per-matrix kernel; up to 32, a warp per matrix)."""
+    """Why the cholesky overrides leave A to PyTorch, or None: a single
+    matrix on the CPU is LAPACK's (metalcore's CPU kernel is for batches)."""
     why = _off("cholesky", A) or ("out=" if out is not None else None) or linalg.cholesky_refused(A)
     if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2:
         why = "one matrix on the CPU"
-    if why is None and A.is_cuda and A.shape[-1] > 32:
-        why = "order above 32 on CUDA"
     return why
 
 
