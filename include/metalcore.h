@@ -179,7 +179,9 @@ mc_status mc_silu_bwd(const mc_tensor* dy, const mc_tensor* x, mc_tensor* dx, vo
  * backward nonzero, the gradient of that for a gradient x: [x1 c1 + x2 s2, x2 c2 - x1 s1].
  * x [B, H, T, D], D even, any strides with a unit last one (a transposed [B, T, H, D] as models
  * make q and k); cos, sin [B or 1, T, D] of x's dtype (broadcast over the heads); y: x's shape
- * and dtype, contiguous, not x. q and k are two calls. */
+ * and dtype, any strides with a unit last one whose elements do not overlap (x's own layout,
+ * say: a host keeps a transposed q's layout for the result and its gradient), sharing no
+ * memory with x. q and k are two calls. */
 mc_status mc_rope(const mc_tensor* x, const mc_tensor* cos, const mc_tensor* sin, int32_t backward, mc_tensor* y,
                   void* encoder);
 

@@ -29,7 +29,7 @@ func ropeCPU(xv, cv, sv, yv *core.View, l *layout, _ unsafe.Pointer) error {
 			x := at(xv, int64(b)*l.xsb+int64(h)*l.xsh+int64(t)*l.xst).Load(0, s.Buf(bufX, d))
 			c := at(cv, int64(b)*l.csb+int64(t)*l.cst).Load(0, s.Buf(bufCos, d))
 			sn := at(sv, int64(b)*l.ssb+int64(t)*l.sst).Load(0, s.Buf(bufSin, d))
-			out := cpu.RowSpan(yv, r)
+			out := at(yv, int64(b)*l.ysb+int64(h)*l.ysh+int64(t)*l.yst)
 			y := out.Out(0, s.Buf(bufY, d))
 			rotate(y, x, c, sn, l.half, l.backward)
 			out.Store(0, y)

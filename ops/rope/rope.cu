@@ -6,8 +6,8 @@
 // N, goes element by element with the same layout.
 template <class D>
 MC_DEVICE void rope(MC_IDS, MC_GLOBAL const void* x_, mc_i64 xsb, mc_i64 xsh, mc_i64 xst, MC_GLOBAL const void* c_,
-                    mc_i64 csb, mc_i64 cst, MC_GLOBAL const void* s_, mc_i64 ssb, mc_i64 sst, MC_GLOBAL void* y_, int h,
-                    int t, int pairs, int backward, int rows) {
+                    mc_i64 csb, mc_i64 cst, MC_GLOBAL const void* s_, mc_i64 ssb, mc_i64 sst, MC_GLOBAL void* y_,
+                    mc_i64 ysb, mc_i64 ysh, mc_i64 yst, int h, int t, int pairs, int backward, int rows) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     // 32-bit indices (the launch checks that rows and pieces fit): 64-bit
@@ -21,7 +21,7 @@ MC_DEVICE void rope(MC_IDS, MC_GLOBAL const void* x_, mc_i64 xsb, mc_i64 xsh, mc
     MC_GLOBAL const T* x = (MC_GLOBAL const T*)x_ + b * xsb + hh * xsh + tt * xst;
     MC_GLOBAL const T* c = (MC_GLOBAL const T*)c_ + b * csb + tt * cst;
     MC_GLOBAL const T* s = (MC_GLOBAL const T*)s_ + b * ssb + tt * sst;
-    MC_GLOBAL T* y = (MC_GLOBAL T*)y_ + (mc_i64)r * 2 * pairs;
+    MC_GLOBAL T* y = (MC_GLOBAL T*)y_ + b * ysb + hh * ysh + tt * yst;
     bool vec = mc_aligned(x, pairs, N) && mc_aligned(c, pairs, N) && mc_aligned(s, pairs, N) && mc_aligned(y, pairs, N);
     float x1[N], x2[N], c1[N], c2[N], s1[N], s2[N];
     mc_fetch<D>(x, pairs, vec, at, x1);
@@ -46,6 +46,6 @@ MC_DEVICE void rope(MC_IDS, MC_GLOBAL const void* x_, mc_i64 xsb, mc_i64 xsh, mc
 }
 MC_INSTANTIATE(rope,
                (MC_GLOBAL const void* x, mc_i64 xsb, mc_i64 xsh, mc_i64 xst, MC_GLOBAL const void* c, mc_i64 csb,
-                mc_i64 cst, MC_GLOBAL const void* s, mc_i64 ssb, mc_i64 sst, MC_GLOBAL void* y, int h, int t, int pairs,
-                int backward, int rows),
-               (x, xsb, xsh, xst, c, csb, cst, s, ssb, sst, y, h, t, pairs, backward, rows))
+                mc_i64 cst, MC_GLOBAL const void* s, mc_i64 ssb, mc_i64 sst, MC_GLOBAL void* y, mc_i64 ysb, mc_i64 ysh,
+                mc_i64 yst, int h, int t, int pairs, int backward, int rows),
+               (x, xsb, xsh, xst, c, csb, cst, s, ssb, sst, y, ysb, ysh, yst, h, t, pairs, backward, rows))

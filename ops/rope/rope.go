@@ -13,11 +13,12 @@ import (
 )
 
 // layout is what an implementation needs beyond the views: x's sizes, and
-// the element strides of x's batch, head and position dimensions and of
-// cos/sin's batch (0 where broadcast) and position dimensions.
+// the element strides of x's and y's batch, head and position dimensions
+// and of cos/sin's batch (0 where broadcast) and position dimensions.
 type layout struct {
 	b, h, t, half      int
 	xsb, xsh, xst      int64
+	ysb, ysh, yst      int64
 	csb, cst, ssb, sst int64
 	backward           bool
 }
@@ -42,8 +43,9 @@ var rope = core.NewDispatch[func(x, cos, sin, y *core.View, l *layout, enc unsaf
 // of x's halves x₁, x₂) or, with backward, the gradient of that for a
 // gradient x: [x₁c₁ + x₂s₂, x₂c₂ − x₁s₁]. x: [B, H, T, D], D even, any
 // strides with a unit last one (a transposed [B, T, H, D] as models make
-// it); cos, sin: [B or 1, T, D] of x's dtype; y: x's shape and dtype,
-// contiguous, never x itself.
+// it); cos, sin: [B or 1, T, D] of x's dtype; y: x's shape and dtype, any
+// strides with a unit last one (x's own layout, say) whose elements do not
+// overlap, never sharing memory with x.
 func Rope(x, cos, sin *core.Tensor, backward bool, y *core.Tensor, enc unsafe.Pointer) error {
 	c := core.NewCall()
 	defer c.Free()
@@ -54,8 +56,7 @@ func Rope(x, cos, sin *core.Tensor, backward bool, y *core.Tensor, enc unsafe.Po
 	var l layout
 	c.Check(func() error { return core.LikeX(xv, yv) })
 	c.Check(func() error { return core.SameDType(xv, cv, sv) })
-	c.Check(func() error { return core.WantContiguous(yv) })
-	c.Check(func() error { return shapes(xv, cv, sv, &l) })
+	c.Check(func() error { return shapes(xv, cv, sv, yv, &l) })
 	f, err := core.Validated(c, enc, rope)
 	if err != nil || xv.N == 0 {
 		return err
@@ -64,7 +65,7 @@ func Rope(x, cos, sin *core.Tensor, backward bool, y *core.Tensor, enc unsafe.Po
 	return f(xv, cv, sv, yv, &l, enc)
 }
 
-func shapes(x, cos, sin *core.View, l *layout) error {
+func shapes(x, cos, sin, y *core.View, l *layout) error {
 	if len(x.Shape) != 4 || x.Shape[3]%2 != 0 {
 		return core.Errorf(core.ErrInvalidArgument, "x has shape %v; it must be [B, H, T, D] with D even", x.Shape)
 	}
@@ -75,9 +76,10 @@ func shapes(x, cos, sin *core.View, l *layout) error {
 				v.Name, v.Shape, x.Shape, x.Shape[0], x.Shape[2], x.Shape[3])
 		}
 	}
-	xs, cs, ss := strides(x), strides(cos), strides(sin)
+	xs, ys, cs, ss := strides(x), strides(y), strides(cos), strides(sin)
 	l.b, l.h, l.t, l.half = int(x.Shape[0]), int(x.Shape[1]), int(x.Shape[2]), int(x.Shape[3]/2)
 	l.xsb, l.xsh, l.xst = xs[0], xs[1], xs[2]
+	l.ysb, l.ysh, l.yst = ys[0], ys[1], ys[2]
 	l.csb, l.cst, l.ssb, l.sst = cs[0], cs[1], ss[0], ss[1]
 	if cos.Shape[0] == 1 {
 		l.csb = 0

@@ -1,6 +1,7 @@
 package rope
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,7 +38,7 @@ func TestRope(t *testing.T) {
 		rng := tu.RNG(t)
 		for _, dt := range tu.DTypes {
 			for _, shape := range [][]int64{{1, 1, 1, 2}, {2, 3, 5, 8}, {2, 4, 7, 64}, {1, 2, 3, 130}, {3, 2, 9, 128}} {
-				for _, layout := range []string{"contiguous", "transposed", "broadcast cos"} {
+				for _, layout := range []string{"contiguous", "transposed", "transposed in and out", "broadcast cos"} {
 					for _, backward := range []bool{false, true} {
 						n := int(shape[0] * shape[1] * shape[2] * shape[3])
 						xs := make([]float64, n)
@@ -45,7 +46,7 @@ func TestRope(t *testing.T) {
 							xs[i] = tu.Round(dt, rng.NormFloat64())
 						}
 						var x *tu.Tensor
-						if layout == "transposed" {
+						if layout == "transposed" || layout == "transposed in and out" {
 							x = permuted(b, dt, shape, xs)
 						} else {
 							x = b.New(dt, shape).Set(xs)
@@ -58,6 +59,13 @@ func TestRope(t *testing.T) {
 						c, s := b.New(dt, cshape), b.New(dt, cshape)
 						cs, ss := c.Rand(rng, 1), s.Rand(rng, 1)
 						y := b.New(dt, shape)
+						if layout == "transposed in and out" { // y in x's layout, NaN first
+							nan := make([]float64, n)
+							for i := range nan {
+								nan[i] = math.NaN()
+							}
+							y = permuted(b, dt, shape, nan)
+						}
 						require.NoError(t, Rope(x.Ptr(), c.Ptr(), s.Ptr(), backward, y.Ptr(), nil))
 						d, rowsPerB := int(shape[3]), int(shape[1]*shape[2])
 						var want []float64
@@ -90,4 +98,12 @@ func TestRopeRefusals(t *testing.T) {
 	}
 	require.Equal(t, core.ErrUnsupportedDType, tu.Status(t, Rope(x.Ptr(), tu.New(core.BF16, []int64{2, 4, 8}).Ptr(), s.Ptr(), false, y.Ptr(), nil)))
 	require.Equal(t, core.ErrInvalidArgument, tu.Status(t, Rope(x.Ptr(), c.Ptr(), s.Ptr(), false, x.Ptr(), nil)), "in place")
+	// a y whose heads share memory (stride 0) would have rows written twice
+	overlapping := tu.New(core.F32, []int64{2, 3, 4, 8})
+	overlapping.Strides = []int64{32, 0, 8, 1}
+	overlapping.T.Strides = &overlapping.Strides[0]
+	before := overlapping.Bytes()
+	require.Equal(t, core.ErrInvalidArgument, tu.Status(t, Rope(x.Ptr(), c.Ptr(), s.Ptr(), false, overlapping.Ptr(), nil)),
+		"overlapping y")
+	require.Equal(t, before, overlapping.Bytes(), "overlapping y: something was written")
 }

@@ -87,18 +87,23 @@ class Glu(torch.autograd.Function):
 
 
 class Rope(torch.autograd.Function):
-    """q and k rotated (two library calls); the backward rotates their
-    gradients back (the transposed rotation). cos and sin take no gradient."""
+    """q and k rotated (two library calls), each in its own layout; the
+    backward rotates their gradients back (the transposed rotation) into the
+    same layouts, so that a model's transposed q and k get gradients its
+    reshapes take as views. cos and sin take no gradient."""
 
     @staticmethod
     def forward(ctx, q, k, cos, sin):
         ctx.save_for_backward(cos, sin)
-        return _kernels.rope(q, cos, sin), _kernels.rope(k, cos, sin)
+        qe, ke = _kernels.rope(q, cos, sin), _kernels.rope(k, cos, sin)
+        ctx.strides = qe.stride(), ke.stride()
+        return qe, ke
 
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        return tuple(None if d is None else _backward.rope(_kernels, d, cos, sin) for d in (dq, dk)) + (None, None)
+        return tuple(None if d is None else _backward.rope(_kernels, d, cos, sin, st)
+                     for d, st in zip((dq, dk), ctx.strides)) + (None, None)
 
 
 class Cholesky(torch.autograd.Function):

@@ -111,8 +111,9 @@ def torch_rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
-def rope(kernels, dy, cos, sin):
-    """The gradient of one rotated tensor: the transposed rotation of dy."""
+def rope(kernels, dy, cos, sin, strides=None):
+    """The gradient of one rotated tensor: the transposed rotation of dy,
+    laid out with strides (the forward input's layout; None: dy's)."""
     if torch.is_grad_enabled():  # [y1 c1 + y2 s2, y2 c2 - y1 s1] in PyTorch's ops
         c, s = cos.unsqueeze(1), sin.unsqueeze(1)
         d1, d2 = dy.chunk(2, -1)
@@ -121,4 +122,4 @@ def rope(kernels, dy, cos, sin):
         return torch.cat((d1 * c1 + d2 * s2, d2 * c2 - d1 * s1), -1)
     if dy.stride(-1) != 1:  # an expanded gradient (sum's) has stride 0: the kernel wants 1
         dy = dy.contiguous()
-    return kernels.rope(dy, cos, sin, True)
+    return kernels.rope(dy, cos, sin, True, strides)

@@ -95,7 +95,7 @@ cross_entropy.register_fake(lambda logits, target, ignore_index, smoothing: tupl
 silu.register_fake(lambda x: torch.empty_like(x))
 gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
 glu.register_fake(lambda gate, up, kind: torch.empty_like(gate))
-rope.register_fake(lambda x, cos, sin, backward: x.new_empty(x.shape))
+rope.register_fake(lambda x, cos, sin, backward: torch.empty_like(x))
 
 
 # ---- backward ops -------------------------------------------------------------------
@@ -191,8 +191,8 @@ class _Backward:
         return glu_backward(dy.contiguous(), gate, up, kind)
 
     @staticmethod
-    def rope(dy, cos, sin, backward):
-        return rope(dy, cos, sin, backward)
+    def rope(dy, cos, sin, backward, strides=None):
+        return rope(dy, cos, sin, backward)  # laid out as dy (the fake's layout)
 
 
 _BACKWARD = _Backward()

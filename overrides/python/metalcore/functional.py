@@ -238,8 +238,9 @@ def _rope_refused(q, k, cos, sin):
 
 def rope(q, k, cos, sin):
     """Hugging Face's apply_rotary_pos_emb(q, k, cos, sin) (rotate_half form,
-    cos and sin broadcast over the heads): (q_embed, k_embed), contiguous,
-    differentiable in q and k. q and k may be the transposed views models
+    cos and sin broadcast over the heads): (q_embed, k_embed), each laid out
+    as its input (as PyTorch's expression lays it out), differentiable in q
+    and k, their gradients laid out as q and k. q and k may be the transposed views models
     make; other inputs are PyTorch's expression (counted)."""
     why = _rope_refused(q, k, cos, sin)
     if why is not None:

@@ -71,3 +71,17 @@ def test_expanded_gradient(device):
     want = torch.autograd.grad(sum(t.sum() for t in hf_rope(q, k, cos, sin)), (q, k))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+def test_layouts(device):
+    """The outputs keep the inputs' layout (a transposed view's, as PyTorch's
+    expression does) and so do the gradients: a model's
+    transpose(1, 2).reshape of them is a view, not a copy."""
+    gen = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(2, 6, 3, 8, generator=gen).to(device).transpose(1, 2).requires_grad_() for _ in range(2))
+    emb = torch.randn(2, 6, 8, generator=gen).to(device)
+    qe, ke = metalcore.rope(q, k, emb.cos(), emb.sin())
+    assert qe.stride() == q.stride() and ke.stride() == k.stride()
+    (qe.sum() + (ke * 2).sum()).backward()
+    for t in (q, k):
+        assert t.grad.stride() == t.stride()
