@@ -78,8 +78,10 @@ def glu(gate: Tensor, up: Tensor, kind: int) -> Tensor:
 
 @torch.library.custom_op("metalcore::rope", mutates_args=())
 def rope(x: Tensor, cos: Tensor, sin: Tensor, backward: bool) -> Tensor:
-    """x rotated (or, backward, by the rotation's transpose): contiguous."""
-    return _kernels.rope(x, cos, sin, backward)
+    """x rotated (or, backward, by the rotation's transpose): contiguous
+    (a custom op's output layout is fixed by its fake, whatever layout
+    torch.compile hands it its input in)."""
+    return _kernels.rope(x, cos, sin, backward, "contiguous")
 
 
 @torch.library.custom_op("metalcore::cross_entropy", mutates_args=())
@@ -95,7 +97,7 @@ cross_entropy.register_fake(lambda logits, target, ignore_index, smoothing: tupl
 silu.register_fake(lambda x: torch.empty_like(x))
 gelu.register_fake(lambda x, tanh_form: torch.empty_like(x))
 glu.register_fake(lambda gate, up, kind: torch.empty_like(gate))
-rope.register_fake(lambda x, cos, sin, backward: torch.empty_like(x))
+rope.register_fake(lambda x, cos, sin, backward: x.new_empty(x.shape))
 
 
 # ---- backward ops -------------------------------------------------------------------
@@ -192,7 +194,7 @@ class _Backward:
 
     @staticmethod
     def rope(dy, cos, sin, backward, strides=None):
-        return rope(dy, cos, sin, backward)  # laid out as dy (the fake's layout)
+        return rope(dy, cos, sin, backward)  # contiguous, as its fake
 
 
 _BACKWARD = _Backward()

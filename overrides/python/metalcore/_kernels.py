@@ -195,8 +195,14 @@ def rope(x, cos, sin, backward=False, strides=None):
     """x [B, H, T, D] (any strides with a unit last one) rotated by cos and
     sin [B or 1, T, D], or (backward) the rotation's transpose: a new tensor
     laid out as x (as torch.empty_like lays it out: a transposed view's
-    layout kept, as PyTorch's elementwise ops keep it), or with strides."""
-    y = torch.empty_like(x) if strides is None else x.new_empty_strided(x.shape, strides)
+    layout kept, as PyTorch's elementwise ops keep it), with strides, or
+    contiguous where strides is "contiguous"."""
+    if strides is None:
+        y = torch.empty_like(x)
+    elif strides == "contiguous":
+        y = x.new_empty(x.shape)
+    else:
+        y = x.new_empty_strided(x.shape, strides)
     CALLS["rope"] += 1
     a = described(("rope", form(x), form(cos), form(sin), strides), (x, cos, sin, y))  # y's layout: x's, or strides
     check(call(_rope, x, a[0], a[1], a[2], int(backward), a[3]))
