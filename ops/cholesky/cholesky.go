@@ -17,10 +17,11 @@ type shapes struct {
 
 var factor = core.NewDispatch[func(s shapes, a, l, info *core.View, enc unsafe.Pointer) error]("cholesky")
 
-// MaxGPUOrder is the largest n the CUDA kernel takes (a matrix in the
+// maxCUDAOrder is the largest n the CUDA kernels take (a matrix in the
 // block's shared memory as float32: 64 KB at 128; Metal's threadgroup
-// memory holds up to 64); larger ones are ErrUnsupportedLayout there.
-const MaxGPUOrder = 128
+// memory holds up to maxMetalOrder); larger ones are ErrUnsupportedLayout
+// there.
+const maxCUDAOrder = 128
 
 // Cholesky factors every matrix A of a [..., n, n]: l = L, lower
 // triangular with a positive diagonal and A = L Lᵀ, reading A's lower

@@ -21,11 +21,11 @@ func init() { factor.Register(core.DeviceCPU, choleskyCPU) }
 const maxLaneOrder = 128
 
 // Scratch buffer slots: the matrices being factored (a's float32 copies,
-// where 16-bit), a copy of a matrix (an identity, where padding), the
+// where 16-bit), the identity that pads a batch's last group, the
 // interleaved matrices and their reciprocal diagonals.
 const (
 	bufW = iota
-	bufA
+	bufEye
 	bufLanes
 	bufInv
 )
@@ -43,7 +43,7 @@ func choleskyCPU(s shapes, av, lv, iv *core.View, _ unsafe.Pointer) error {
 	}
 	cpu.Parallel(s.batch, max(1, 4096/max(n*n*n, 1)), func(lo, hi int, sc *cpu.Scratch) {
 		for b := lo; b < hi; b++ {
-			w := load(s, av, b, sc.Buf(bufW, n*n), sc.Buf(bufA, n*n))
+			w := load(s, av, b, sc.Buf(bufW, n*n))
 			infos[b] = int32(factorLower(w, n))
 			store(s, lv, b, w)
 		}
@@ -66,7 +66,7 @@ func factorLanes(s shapes, first, lanes int, av, lv *core.View, infos []int32, s
 			mats[l] = cpu.TensorSpan(av).At((first+l)*nn).Load(0, bufs[l*nn:(l+1)*nn])
 			continue
 		}
-		eye := sc.Buf(bufA, nn)
+		eye := sc.Buf(bufEye, nn)
 		clear(eye)
 		for i := range n {
 			eye[i*n+i] = 1
@@ -110,11 +110,12 @@ func transposeLanes(a []float32, n, lanes int) {
 	}
 }
 
-// load copies matrix b of a into w as float32, its upper triangle
-// transposed into the lower one where s.upper (buf: the conversion's).
-func load(s shapes, av *core.View, b int, w, buf []float32) []float32 {
+// load copies matrix b of a into w as float32 (a 16-bit one is converted
+// into w itself, a float32 one copied from a), its upper triangle
+// transposed into the lower one where s.upper.
+func load(s shapes, av *core.View, b int, w []float32) []float32 {
 	n := s.n
-	copy(w, cpu.TensorSpan(av).At(b*n*n).Load(0, buf))
+	copy(w, cpu.TensorSpan(av).At(b*n*n).Load(0, w))
 	if s.upper {
 		transpose(w, n)
 	}

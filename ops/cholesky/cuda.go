@@ -15,16 +15,12 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	factor.Register(core.DeviceCUDA, func(s shapes, a, l, info *core.View, enc unsafe.Pointer) error {
-		kernel, blocks, threads, shared, err := gpuLaunch(s, MaxGPUOrder)
+		k, err := gpuLaunch(s, maxCUDAOrder)
 		if err != nil {
 			return err
 		}
-		upper := 0
-		if s.upper {
-			upper = 1
-		}
-		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(kernel, a.DType), blocks, threads,
-			shared, cuda.Ptr(a.Base), cuda.Ptr(l.Base), cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upper),
-			cuda.I32(s.batch)))
+		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(k.kernel, a.DType), k.blocks,
+			k.threads, k.shared, cuda.Ptr(a.Base), cuda.Ptr(l.Base), cuda.Ptr(info.Base), cuda.I32(s.n),
+			cuda.I32(k.upper), cuda.I32(s.batch)))
 	})
 }

@@ -9,19 +9,30 @@ const (
 	warpsPerBlock = 4
 )
 
-// gpuLaunch is a GPU launch for s: the kernel, its blocks, threads a block
-// and shared bytes, or an unsupported-layout error past order most. Up to
-// warpOrder a warp per matrix, above a block per matrix.
-func gpuLaunch(s shapes, most int) (kernel string, blocks, threads, shared int, err error) {
+// launch is a GPU launch for one call: the kernel, its blocks, threads a
+// block and shared bytes, and the kernels' upper argument.
+type launch struct {
+	kernel                         string
+	blocks, threads, shared, upper int
+}
+
+// gpuLaunch is the launch for s, or an unsupported-layout error past order
+// most. Up to warpOrder a warp per matrix (32 x 33 floats of shared memory
+// each), above a block per matrix.
+func gpuLaunch(s shapes, most int) (launch, error) {
 	n := s.n
 	if n > most {
-		return "", 0, 0, 0, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; the GPU kernel "+
+		return launch{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; the GPU kernel "+
 			"takes up to %d x %d", n, n, most, most)
 	}
-	if n <= warpOrder {
-		return "cholesky_warp", (s.batch + warpsPerBlock - 1) / warpsPerBlock, 32 * warpsPerBlock,
-			warpsPerBlock * 32 * 33 * 4, nil
+	l := launch{kernel: "cholesky_warp", blocks: (s.batch + warpsPerBlock - 1) / warpsPerBlock,
+		threads: 32 * warpsPerBlock, shared: warpsPerBlock * 32 * 33 * 4}
+	if n > warpOrder {
+		// whole warps (the kernel's rows go a warp each), one for every 8 rows
+		l = launch{kernel: "cholesky", blocks: s.batch, threads: 32 * min(n/8, 16), shared: n * (n + 1) * 4}
 	}
-	// whole warps (the kernel's rows go a warp each), one for every 8 rows
-	return "cholesky", s.batch, 32 * min(n/8, 16), n * (n + 1) * 4, nil
+	if s.upper {
+		l.upper = 1
+	}
+	return l, nil
 }

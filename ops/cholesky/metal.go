@@ -14,7 +14,7 @@ const maxMetalOrder = 64
 func init() {
 	metal.Register("cholesky", kernels)
 	factor.Register(core.DeviceMetal, func(s shapes, a, l, info *core.View, enc unsafe.Pointer) error {
-		name, blocks, threads, shared, err := gpuLaunch(s, maxMetalOrder)
+		k, err := gpuLaunch(s, maxMetalOrder)
 		if err != nil {
 			return err
 		}
@@ -22,20 +22,16 @@ func init() {
 		if err != nil {
 			return err
 		}
-		kernel := dialect.Kernel(name, a.DType)
-		if most := p.Threads(kernel, threads); most < threads { // whole simdgroups of 32
-			if name == "cholesky_warp" || most < 32 {
+		kernel := dialect.Kernel(k.kernel, a.DType)
+		if most := p.Threads(kernel, k.threads); most < k.threads { // whole simdgroups of 32
+			if k.kernel == "cholesky_warp" || most < 32 {
 				return core.Errorf(core.ErrUnsupportedDevice, "mc_cholesky: the device runs %s on at most %d threads "+
-					"a threadgroup; it needs %d", kernel, most, threads)
+					"a threadgroup; it needs %d", kernel, most, k.threads)
 			}
-			threads = most &^ 31 // the block kernel loops over its warps
+			k.threads = most &^ 31 // the block kernel loops over its warps
 		}
-		upper := 0
-		if s.upper {
-			upper = 1
-		}
-		p.DispatchWith(kernel, blocks, threads, shared, nil, metal.Buf(a), metal.Buf(l), metal.Buf(info),
-			metal.I32(s.n), metal.I32(upper), metal.I32(s.batch))
+		p.DispatchWith(kernel, k.blocks, k.threads, k.shared, nil, metal.Buf(a), metal.Buf(l), metal.Buf(info),
+			metal.I32(s.n), metal.I32(k.upper), metal.I32(s.batch))
 		return p.Encode()
 	})
 }

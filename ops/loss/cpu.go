@@ -61,44 +61,39 @@ func crossEntropyCPU(xv, tv, sv, lv, gv, sev *core.View, a args, _ unsafe.Pointe
 				continue
 			}
 			xs := cpu.RowSpan(xv, r).Load(0, sc.Buf(bufX, cols))
-			if a.stats == readStats { // e = exp(x - lse), NaN throughout where lse is not finite
-				if !cpu.Finite(lses[r]) { // (the vector exp's clamp would turn NaN into 0)
-					cpu.Fill(e, float32(math.NaN()))
-					g.Store(0, e)
-					continue
+			// the gradient comes from e = exp(x - c), whose sum is sum
+			c, sum := float32(0), float32(1)
+			if a.stats == readStats {
+				c = lses[r]        // the forward's log-sum-exp: sum 1
+				if cpu.Finite(c) { // (the vector exp's clamp would turn a NaN into 0)
+					k.ExpSum(e, xs, c)
 				}
-				k.ExpSum(e, xs, lses[r])
-				gradient(k, e, int(t), scales[min(r, len(scales)-1)], 1, s/v, 1-s)
-				g.Store(0, e)
-				continue
-			}
-			xt, mean := xs[t], float32(0)
-			if s != 0 {
-				sum, _ := k.ShiftedSums(xs, 0)
-				mean = sum / v
-			}
-			m := k.Max(xs)
-			if !cpu.Finite(m) { // NaN, +inf or a row of -inf: NaN, as in float64
-				losses[r] = float32(math.NaN())
+			} else {
+				xt, mean := xs[t], float32(0)
+				if s != 0 {
+					total, _ := k.ShiftedSums(xs, 0)
+					mean = total / v
+				}
+				c = k.Max(xs)
+				lse := float32(math.NaN()) // NaN, +inf or a row of -inf: NaN, as in float64
+				if cpu.Finite(c) {
+					sum = k.ExpSum(e, xs, c) // x is read first where e is x
+					lse = c + float32(math.Log(float64(sum)))
+				}
+				losses[r] = (1-s)*(lse-xt) + s*(lse-mean)
 				if a.stats == writeStats {
-					lses[r] = losses[r]
+					lses[r] = lse
 				}
-				if gv != nil {
-					cpu.Fill(e, float32(math.NaN()))
-					g.Store(0, e)
-				}
+			}
+			if gv == nil {
 				continue
 			}
-			sum := k.ExpSum(e, xs, m) // e = exp(x - m): x is read first where e is x
-			lse := m + float32(math.Log(float64(sum)))
-			losses[r] = (1-s)*(lse-xt) + s*(lse-mean)
-			if a.stats == writeStats {
-				lses[r] = lse
-			}
-			if gv != nil {
+			if cpu.Finite(c) {
 				gradient(k, e, int(t), scales[min(r, len(scales)-1)], sum, s/v, 1-s)
-				g.Store(0, e)
+			} else {
+				cpu.Fill(e, float32(math.NaN()))
 			}
+			g.Store(0, e)
 		}
 	})
 	return nil

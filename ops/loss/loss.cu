@@ -20,7 +20,7 @@ template <class D> struct CeFirst {
     bool smooth;
     float m, sum, sx;
     MC_METHOD void operator()(MC_THREAD const float* v, int, int s) {
-        float w[N];  // past the row's end: -inf, which adds nothing
+        float w[N];  // past the row's end: -inf, which adds nothing (a whole piece: one compare)
         for (int j = 0; j < N; j++) w[j] = s + N <= cols || s + j < cols ? v[j] : -mc_inf();
         float pm = m;
         for (int j = 0; j < N; j++) pm = fmaxf(pm, w[j]);
@@ -73,34 +73,35 @@ MC_DEVICE void cross_entropy(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* 
         return;
     }
     float v = (float)cols, nan = mc_inf() - mc_inf();
-    float sc = has_grad && has_scale != 0 ? scale[has_scale == 2 ? r : 0] : 1.f;
-    bool gvec = mc_aligned(g, cols, N), in_range = t >= 0 && t < cols;
-    if (stats == 2) {
-        float l = lse[r];
-        bool bad = !in_range || !(l < mc_inf() && l > -mc_inf());
-        CeGrad<D> w = {l * CE_LOG2E, sc, smoothing / v, 1.f - smoothing, nan, (int)t, g, cols, gvec, bad};
-        mc_row_stream<D, 4>(id, xr, cols, mc_aligned(xr, cols, N), 0, w);
-        return;
-    }
-    // the target's logit, read before any thread may write the gradient
-    // over it
-    float xt = MC_TID == 0 && in_range ? D::load(xr + t) : 0.f;
-    CeFirst<D> first = {cols, smoothing > 0.f, -mc_inf(), 0.f, 0.f};
+    bool in_range = t >= 0 && t < cols;
     Row<D, MC_CACHE> x;
     x.init(xr, cols);
-    if (has_grad) mc_row_load(id, x, first);  // the gradient's pass reads the cached pieces
-    else mc_row_stream<D, 4>(id, xr, cols, x.vec, 0, first);
-    float m = mc_block_max(id, first.m, red);
-    float sum = first.m == -mc_inf() ? 0.f : first.sum * ce_exp(first.m, m * CE_LOG2E), sx = first.sx;
-    if (first.smooth) mc_block_sum2(id, sum, sx, red);
-    else sum = mc_block_sum(id, sum, red);
-    bool bad = !in_range || !(m < mc_inf() && m > -mc_inf());
-    float l = bad ? nan : m + logf(sum);
-    if (MC_TID == 0) loss[r] = bad ? nan : (1.f - smoothing) * (l - xt) + smoothing * (l - sx / v);
-    if (MC_TID == 0 && stats == 1) lse[r] = l;
-    if (!has_grad) return;
-    CeGrad<D> w = {l * CE_LOG2E, sc, smoothing / v, 1.f - smoothing, nan, (int)t, g, cols, gvec, bad};
-    mc_row_each(id, x, w);
+    float l;  // the row's log-sum-exp
+    bool bad;
+    if (stats == 2) {
+        l = lse[r];
+        bad = !in_range || !(l < mc_inf() && l > -mc_inf());
+    } else {
+        // the target's logit, read before any thread may write the gradient
+        // over it
+        float xt = MC_TID == 0 && in_range ? D::load(xr + t) : 0.f;
+        CeFirst<D> first = {cols, smoothing > 0.f, -mc_inf(), 0.f, 0.f};
+        if (has_grad) mc_row_load(id, x, first);  // the gradient's pass reads the cached pieces
+        else mc_row_stream<D, 4>(id, xr, cols, x.vec, 0, first);
+        float m = mc_block_max(id, first.m, red);
+        float sum = first.m == -mc_inf() ? 0.f : first.sum * ce_exp(first.m, m * CE_LOG2E), sx = first.sx;
+        if (first.smooth) mc_block_sum2(id, sum, sx, red);
+        else sum = mc_block_sum(id, sum, red);
+        bad = !in_range || !(m < mc_inf() && m > -mc_inf());
+        l = bad ? nan : m + logf(sum);
+        if (MC_TID == 0) loss[r] = bad ? nan : (1.f - smoothing) * (l - xt) + smoothing * (l - sx / v);
+        if (MC_TID == 0 && stats == 1) lse[r] = l;
+        if (!has_grad) return;
+    }
+    float sc = has_scale != 0 ? scale[has_scale == 2 ? r : 0] : 1.f;
+    CeGrad<D> w = {l * CE_LOG2E, sc, smoothing / v, 1.f - smoothing, nan, (int)t, g, cols, mc_aligned(g, cols, N), bad};
+    if (stats == 2) mc_row_stream<D, 4>(id, xr, cols, x.vec, 0, w);  // nothing cached: one pass
+    else mc_row_each(id, x, w);
 }
 MC_INSTANTIATE_GROUP(cross_entropy, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(1024, 1),
                      (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const mc_i64* target, mc_i64 ignore,

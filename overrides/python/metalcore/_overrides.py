@@ -160,9 +160,7 @@ def _cholesky_refused(A, out):
 def cholesky(A, *, upper=False, out=None):
     why = _cholesky_refused(A, out) or ("raising under torch.compile" if _lib.compiling() else None)
     if why is None:
-        l, info = _ops.cholesky(A.contiguous(), bool(upper))
-        linalg.raise_for(info, "linalg.cholesky")
-        return l
+        return linalg.factor(A, upper, "linalg.cholesky")[0]
     if out is not None:
         return _fall_back("cholesky", why, A, upper=upper, out=out)
     return _fall_back("cholesky", why, A, upper=upper)
@@ -171,10 +169,8 @@ def cholesky(A, *, upper=False, out=None):
 def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     why = _cholesky_refused(A, out)
     if why is None:
-        l, info = _ops.cholesky(A.contiguous(), bool(upper))
-        if check_errors:
-            linalg.raise_for(info, "linalg.cholesky_ex")
-        return torch.return_types.linalg_cholesky_ex((l, info))
+        raising_as = "linalg.cholesky_ex" if check_errors else None
+        return torch.return_types.linalg_cholesky_ex(linalg.factor(A, upper, raising_as))
     if out is not None:
         return _fall_back("cholesky_ex", why, A, upper=upper, check_errors=check_errors, out=out)
     return _fall_back("cholesky_ex", why, A, upper=upper, check_errors=check_errors)

@@ -71,10 +71,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False):
     if why is not None:
         _lib.pytorch_computes("cholesky", why)
         return _torch_cholesky_ex(A, upper=upper, check_errors=check_errors)
-    l, info = _ops.cholesky(A.contiguous(), bool(upper))
-    if check_errors:
-        raise_for(info, "linalg.cholesky_ex")
-    return l, info
+    return factor(A, upper, "linalg.cholesky_ex" if check_errors else None)
 
 
 def cholesky(A, *, upper=False):
@@ -86,12 +83,20 @@ def cholesky(A, *, upper=False):
     if why is not None:
         _lib.pytorch_computes("cholesky", why)
         return _torch_cholesky(A, upper=upper)
+    return factor(A, upper, "linalg.cholesky")[0]
+
+
+def factor(A, upper, raising_as=None):
+    """(L, info) of A, which cholesky_refused takes; where raising_as names
+    the function, PyTorch's error from it for the first matrix not
+    positive-definite (the host reads info)."""
     l, info = _ops.cholesky(A.contiguous(), bool(upper))
-    raise_for(info, "linalg.cholesky")
-    return l
+    if raising_as is not None:
+        _raise_for(info, raising_as)
+    return l, info
 
 
-def raise_for(info, name):
+def _raise_for(info, name):
     """PyTorch's error for the first matrix whose info is not 0."""
     bad = torch.nonzero(info.reshape(-1)).flatten()
     if bad.numel() == 0:
