@@ -95,6 +95,7 @@ MC_GATED(cross_entropy_bwd,
          (cten* logits, cten* target, cten* lse, int64_t ignore_index, float label_smoothing, cten* scale,
           mc_tensor* dlogits, void* encoder),
          (logits, target, lse, ignore_index, label_smoothing, scale, dlogits, encoder))
+MC_GATED(loss_grad_scale, (mc_tensor* grad, cten* scale, void* encoder), (grad, scale, encoder))
 MC_GATED(adamw_step,
          (const mc_adamw_config* cfg, int64_t n_tensors, mc_tensor* const* params, cten* const* grads,
           mc_tensor* const* exp_avgs, mc_tensor* const* exp_avg_sqs, mc_tensor* const* max_exp_avg_sqs,

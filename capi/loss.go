@@ -35,3 +35,8 @@ func mcgo_cross_entropy_bwd(logits, target, lse *C.mc_tensor, ignoreIndex C.int6
 			float32(labelSmoothing), tensor(scale), tensor(dlogits), encoder)
 	})
 }
+
+//export mcgo_loss_grad_scale
+func mcgo_loss_grad_scale(grad, scale *C.mc_tensor, encoder unsafe.Pointer) C.mc_status {
+	return call("mc_loss_grad_scale", func() error { return loss.ScaleGradient(tensor(grad), tensor(scale), encoder) })
+}

@@ -227,6 +227,13 @@ mc_status mc_cross_entropy_fwd(const mc_tensor* logits, const mc_tensor* target,
 mc_status mc_cross_entropy_bwd(const mc_tensor* logits, const mc_tensor* target, const mc_tensor* lse,
                                int64_t ignore_index, float label_smoothing, const mc_tensor* scale,
                                mc_tensor* dlogits, void* encoder);
+/* grad (contiguous, any float dtype) *= scale, one float32 on grad's device,
+ * read there; nothing is written where it is 1. For a host that computed a
+ * scalar loss's gradient in its forward (mc_cross_entropy with dlogits) and
+ * scales it by the loss's own gradient in its backward: where that is 1, as
+ * for a plain loss.backward(), the backward costs a launch and never waits
+ * for the device. */
+mc_status mc_loss_grad_scale(mc_tensor* grad, const mc_tensor* scale, void* encoder);
 
 /* ---- AdamW ------------------------------------------------------------------
  * One step of torch.optim.AdamW on n_tensors parameters at once: decoupled

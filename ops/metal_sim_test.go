@@ -239,6 +239,17 @@ func TestMetalSimOps(t *testing.T) {
 				s.check("cross-entropy backward from lse", []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 					return loss.CrossEntropyBackward(on(x), on(target), on(lse), -100, 0.1, on(scale), o[0].Ptr(), e)
 				})
+				// the gradient scale, in place on x's values: by 1 (nothing
+				// written) and by another value
+				xv := x.Values()
+				s.setup = func(o []*tu.Tensor) { o[0].Set(xv) }
+				for _, by := range []float64{1, -0.37} {
+					factor := s.in(core.F32, []int64{1}, []float64{by})
+					s.check(fmt.Sprintf("gradient scale %g", by), []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return loss.ScaleGradient(o[0].Ptr(), on(factor), e)
+					})
+				}
+				s.setup = nil
 			})
 		}
 	}

@@ -9,7 +9,10 @@ import (
 	"metalcore/internal/core"
 )
 
-func init() { crossEntropy.Register(core.DeviceCPU, crossEntropyCPU) }
+func init() {
+	crossEntropy.Register(core.DeviceCPU, crossEntropyCPU)
+	gradScale.Register(core.DeviceCPU, gradScaleCPU)
+}
 
 // Scratch buffer slots: the row as float32, and its exponentials.
 const (
@@ -104,4 +107,23 @@ func crossEntropyCPU(xv, tv, sv, lv, gv, sev *core.View, a args, _ unsafe.Pointe
 func gradient(k *simd.Table, e []float32, t int, scale, sum, spread, hit float32) {
 	k.Normalize(e, e, nil, nil, sum*spread, scale/sum)
 	e[t] -= scale * hit
+}
+
+func gradScaleCPU(gv, sv *core.View, _ unsafe.Pointer) error {
+	s := cpu.Float32s(sv.Base, 1)[0]
+	if s == 1 {
+		return nil
+	}
+	g := *gv // a copy for the workers: the caller's view stays on its stack
+	chunks := (g.N + cpu.Chunk - 1) / cpu.Chunk
+	cpu.Parallel(chunks, cpu.RowGrain(cpu.Chunk), func(lo, hi int, sc *cpu.Scratch) {
+		k := cpu.K()
+		for i := lo; i < hi; i++ {
+			span, m := cpu.TensorSpan(&g).At(i*cpu.Chunk), min(cpu.Chunk, g.N-i*cpu.Chunk)
+			e := span.Out(0, sc.Buf(bufE, m))
+			k.Normalize(e, span.Load(0, e), nil, nil, 0, s)
+			span.Store(0, e)
+		}
+	})
+	return nil
 }

@@ -28,7 +28,12 @@ func init() {
 			cuda.Ptr(k.scale), cuda.I32(k.hasScale), cuda.Ptr(k.loss), cuda.Ptr(k.grad), cuda.I64(k.strides[1]),
 			cuda.I32(k.hasGrad), cuda.Ptr(k.lse), cuda.I32(int(a.stats)), cuda.I32(x.Cols)))
 	})
+	gradScale.Register(core.DeviceCUDA, func(g, scale *core.View, enc unsafe.Pointer) error {
+		return cuda.Backend(cuda.Launch(int(g.DeviceID), enc, dialect.Kernel("loss_grad_scale", g.DType),
+			scaleBlocks(g.N), scaleThreads, cuda.Ptr(g.Base), cuda.Ptr(scale.Base), cuda.I64(int64(g.N))))
+	})
 }
+
 
 // kernelArgs are what the kernel takes for the optional tensors: their data
 // (the logits' where one is absent, never read: a GPU binding is never left

@@ -108,3 +108,27 @@ MC_INSTANTIATE_GROUP(cross_entropy, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(1024, 1),
                       float smoothing, MC_GLOBAL const float* scale, int has_scale, MC_GLOBAL float* loss,
                       MC_GLOBAL void* g, mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols),
                      (x, xs, target, ignore, smoothing, scale, has_scale, loss, g, gs, has_grad, lse, stats, cols))
+
+// grad *= scale[0] over n contiguous elements (a grid-stride loop of 16-byte
+// pieces where aligned), nothing written where scale[0] is 1: the usual
+// backward of a loss costs the launch alone.
+template <class D> MC_DEVICE void loss_grad_scale(MC_IDS, MC_GLOBAL void* g_, MC_GLOBAL const float* scale, mc_i64 n) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    float s = scale[0];
+    if (s == 1.f) return;
+    MC_GLOBAL T* g = (MC_GLOBAL T*)g_;
+    mc_i64 stride = MC_NBLOCKS * MC_NTHREADS, first = MC_BLOCK * MC_NTHREADS + MC_TID, done = 0;
+    if ((mc_u64)g % 16 == 0) {
+        mc_i64 pieces = n / N;
+        for (mc_i64 p = first; p < pieces; p += stride) {
+            float v[N];
+            Vec<D>::load(g + p * N, v);
+            for (int j = 0; j < N; j++) v[j] *= s;
+            Vec<D>::store(g + p * N, v);
+        }
+        done = pieces * N;
+    }
+    for (mc_i64 i = done + first; i < n; i += stride) D::store(g + i, D::load(g + i) * s);
+}
+MC_INSTANTIATE(loss_grad_scale, (MC_GLOBAL void* g, MC_GLOBAL const float* scale, mc_i64 n), (g, scale, n))

@@ -29,7 +29,10 @@ const (
 	readStats
 )
 
-var crossEntropy = core.NewDispatch[func(x, target, scale, loss, grad, lse *core.View, a args, enc unsafe.Pointer) error]("cross-entropy")
+var (
+	crossEntropy = core.NewDispatch[func(x, target, scale, loss, grad, lse *core.View, a args, enc unsafe.Pointer) error]("cross-entropy")
+	gradScale    = core.NewDispatch[func(g, scale *core.View, enc unsafe.Pointer) error]("loss gradient scale")
+)
 
 // CrossEntropy computes, for each row r of logits x (rows = every index but
 // the last; V = the last dimension) with class target t = target[r]:
@@ -129,3 +132,37 @@ func perRow(x, v *core.View) error {
 	}
 	return nil
 }
+
+// ScaleGradient multiplies grad (contiguous) in place by scale (one float32,
+// read on the device) and writes nothing where scale is 1. A host that
+// computed a scalar loss's gradient in its forward (CrossEntropy with grad)
+// scales it by the loss's own gradient in its backward: for the usual
+// loss.backward() that gradient is 1, and the backward costs a launch, not a
+// pass over the logits, without the host reading the value.
+func ScaleGradient(grad, scale *core.Tensor, enc unsafe.Pointer) error {
+	c := core.NewCall()
+	defer c.Free()
+	gv, sv := c.Out("grad", grad), c.In("scale", scale)
+	c.Check(func() error { return core.WantContiguous(gv) })
+	c.Check(func() error {
+		if err := core.WantDType(sv, core.F32); err != nil {
+			return err
+		}
+		if sv.N != 1 {
+			return core.Errorf(core.ErrInvalidArgument, "scale has %d elements; it must have 1", sv.N)
+		}
+		return nil
+	})
+	f, err := core.Validated(c, enc, gradScale)
+	if err != nil || gv.N == 0 {
+		return err
+	}
+	return f(gv, sv, enc)
+}
+
+// ScaleGradient's grid on a GPU: blocks of scaleThreads over 16-byte pieces, at
+// most about a full GPU's worth, each block looping (so that a scale of 1,
+// where every block returns at once, costs little more than the launch).
+const scaleThreads = 256
+
+func scaleBlocks(n int) int { return min((n/8+scaleThreads)/scaleThreads, 1024) }

@@ -270,3 +270,60 @@ func maxAbs(v []float64) float64 {
 	}
 	return m
 }
+
+// ScaleGradient multiplies in place, in the gradient's dtype; a scale of 1
+// leaves every byte as it was (the kernel writes nothing); a strided
+// gradient is refused.
+func TestScaleGradient(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		if c.InPlace {
+			return // in place by definition: one run a layout
+		}
+		rng := tu.RNG(t)
+		for _, s := range []float64{1, 0.37, -2} {
+			g := c.New(c.Shape, 0)
+			gs := g.Rand(rng, 3)
+			scale := c.Backend.New(core.F32, []int64{1}).Set([]float64{s})
+			before := g.Bytes()
+			err := ScaleGradient(g.Ptr(), scale.Ptr(), nil)
+			if c.NonContiguous() {
+				require.Equal(t, core.ErrUnsupportedLayout, tu.Status(t, err), "%v", c)
+				require.Equal(t, before, g.Bytes(), "%v: written though refused", c)
+				continue
+			}
+			require.NoError(t, err, "%v", c)
+			if s == 1 {
+				require.Equal(t, before, g.Bytes(), "%v: a scale of 1 wrote", c)
+				continue
+			}
+			want := make([]float64, len(gs))
+			for i, v := range gs {
+				want[i] = v * tu.Round(core.F32, s)
+			}
+			tu.CloseScaled(t, fmt.Sprintf("%v scale %g", c, s), g.Values(), want, tu.Tol(c.DT), 3*math.Abs(s))
+			require.True(t, g.PaddingPoisoned(), "%v: wrote outside the gradient's elements", c)
+		}
+	})
+}
+
+func TestScaleGradientRefusals(t *testing.T) {
+	g := tu.New(core.F32, []int64{4, 10})
+	g.Rand(tu.RNG(t), 1)
+	for _, k := range []struct {
+		name   string
+		scale  *tu.Tensor
+		status core.Status
+	}{
+		{"scale of two", tu.New(core.F32, []int64{2}).Set([]float64{2, 2}), core.ErrInvalidArgument},
+		{"16-bit scale", tu.New(core.BF16, []int64{1}).Set([]float64{2}), core.ErrUnsupportedDType},
+		{"no scale", nil, core.ErrInvalidArgument},
+	} {
+		before := g.Bytes()
+		var sp *core.Tensor
+		if k.scale != nil {
+			sp = k.scale.Ptr()
+		}
+		require.Equal(t, k.status, tu.Status(t, ScaleGradient(g.Ptr(), sp, nil)), k.name)
+		require.Equal(t, before, g.Bytes(), "%s: something was written", k.name)
+	}
+}

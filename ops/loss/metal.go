@@ -34,4 +34,14 @@ func init() {
 			metal.I32(int(a.stats)), metal.I32(x.Cols))
 		return p.Encode()
 	})
+	gradScale.Register(core.DeviceMetal, func(g, scale *core.View, enc unsafe.Pointer) error {
+		p, err := metal.NewPlan(enc)
+		if err != nil {
+			return err
+		}
+		kernel := dialect.Kernel("loss_grad_scale", g.DType)
+		p.Dispatch(kernel, scaleBlocks(g.N), p.Threads(kernel, scaleThreads), metal.Buf(g), metal.Buf(scale),
+			metal.I64(int64(g.N)))
+		return p.Encode()
+	})
 }

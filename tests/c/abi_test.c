@@ -26,7 +26,7 @@
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky)
+    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -329,7 +329,17 @@ static void check_cross_entropy(mc_dtype dt, int64_t rows, int64_t cols) {
     expect_close("cross_entropy_bwd dlogits", &g, want, dt, 1.0 / (double)cols);
     CHECK(p_mc_cross_entropy_bwd(&x.t, &target, NULL, -100, (float)s, NULL, &g.t, NULL) == MC_ERR_INVALID_ARGUMENT,
           "cross_entropy_bwd without lse: %s", p_mc_last_error());
-    free(lse.mem);
+    /* the gradient scaled in place by a device scalar: by 1, then by -2 */
+    tensor by = make(F32, 1, 1, 1);
+    for (int k = 0; k < 2; k++) {
+        float f = k ? -2.f : 1.f;
+        memcpy(by.mem, &f, 4);
+        CHECK(p_mc_loss_grad_scale(&g.t, &by.t, NULL) == MC_OK, "loss_grad_scale: %s", p_mc_last_error());
+        if (k)
+            for (int64_t i = 0; i < rows * cols; i++) want[i] *= -2;
+        expect_close("loss_grad_scale dlogits", &g, want, dt, 2.0 / (double)cols);
+    }
+    free(by.mem), free(lse.mem);
     targets[rows - 1] = cols;
     void* before = malloc((size_t)loss.n * 4);
     memcpy(before, loss.mem, (size_t)loss.n * 4);

@@ -135,30 +135,51 @@ def reduce_loss(rows, count, reduction, dtype):
     return rows.to(dtype)
 
 
+def scale_kept(ctx, grads, dloss):
+    """The gradients a loss's forward computed (for a loss gradient of 1),
+    each times dloss: scaled in place on the device, where a dloss of 1
+    (loss.backward()) writes nothing and the host never reads it. A second
+    backward through a kept graph scales by its dloss over the one before."""
+    scale = dloss.float().reshape(1)
+    applied, ctx.applied = getattr(ctx, "applied", None), scale
+    factor = scale if applied is None else scale / applied
+    for g in grads:
+        if g is not None:
+            _kernels.scale_gradient(g, factor)
+    return grads
+
+
 class CrossEntropy(torch.autograd.Function):
-    """The loss and each row's log-sum-exp in the forward (one read of the
-    logits); the backward writes the gradient from them in one more read,
-    scaled there by the loss's own gradient (over the count of rows not
-    ignored, for a mean), read on the device: no gradient buffer lives from
-    forward to backward."""
+    """A scalar loss ('mean' or 'sum') and its gradient from one library
+    call in the forward (the second read of each row hits the cache), kept
+    for the backward, which scales it by the loss's gradient on the device:
+    the logits are not kept. reduction 'none' (a gradient per row): each
+    row's log-sum-exp in the forward, the gradient from one more read of the
+    logits in the backward, scaled there."""
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index, smoothing, reduction):
         count = (target != ignore_index).sum()
-        rows, lse = _kernels.cross_entropy_forward(logits, target, ignore_index, smoothing)
-        ctx.save_for_backward(logits, target, lse, count)
         ctx.args = ignore_index, smoothing, reduction
+        if reduction == "none":
+            rows, lse = _kernels.cross_entropy_forward(logits, target, ignore_index, smoothing)
+            ctx.save_for_backward(logits, target, lse)
+        else:
+            grad = torch.empty_like(logits)
+            scale = (1 / count.float()).reshape(1) if reduction == "mean" else None
+            rows = _kernels.cross_entropy(logits, target, ignore_index, smoothing, scale, grad)
+            ctx.save_for_backward(grad)
         return reduce_loss(rows, count, reduction, logits.dtype)
 
     @staticmethod
     def backward(ctx, dloss):
-        logits, target, lse, count = ctx.saved_tensors
         ignore_index, smoothing, reduction = ctx.args
-        scale = dloss.float()
-        if reduction == "mean":
-            scale = scale / count
-        grad = _kernels.cross_entropy_backward(logits, target, lse, ignore_index, smoothing,
-                                               scale.reshape(-1).contiguous())
+        if reduction == "none":
+            logits, target, lse = ctx.saved_tensors
+            grad = _kernels.cross_entropy_backward(logits, target, lse, ignore_index, smoothing,
+                                                   dloss.float().reshape(-1).contiguous())
+        else:
+            (grad,) = scale_kept(ctx, ctx.saved_tensors, dloss)
         return grad, None, None, None, None
 
 
@@ -181,5 +202,4 @@ class LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss):
-        grads = [None if g is None else g * dloss.to(g.dtype) for g in ctx.saved_tensors]
-        return (*grads, None, None, None, None, None)
+        return (*scale_kept(ctx, ctx.saved_tensors, dloss), None, None, None, None, None)

@@ -21,6 +21,7 @@ _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cholesky = lib.mc_cholesky
 _cross_entropy = lib.mc_cross_entropy
 _cross_entropy_fwd, _cross_entropy_bwd = lib.mc_cross_entropy_fwd, lib.mc_cross_entropy_bwd
+_loss_grad_scale = lib.mc_loss_grad_scale
 _glu_fwd, _glu_bwd = lib.mc_glu_fwd, lib.mc_glu_bwd
 _rope = lib.mc_rope
 
@@ -250,6 +251,14 @@ def cross_entropy_backward(logits, target, lse, ignore_index, smoothing, scale):
                   (logits, target, lse, scale, grad))
     check(call(_cross_entropy_bwd, logits, a[0], a[1], a[2], ignore_index, smoothing, a[3], a[4]))
     return grad
+
+
+def scale_gradient(grad, scale):
+    """grad *= scale (a one-element float32 tensor on grad's device, read
+    there) in place; nothing is written where it is 1."""
+    CALLS["loss_grad_scale"] += 1
+    a = described(("loss_grad_scale", form(grad), form(scale)), (grad, scale))
+    check(call(_loss_grad_scale, grad, a[0], a[1]))
 
 
 def linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, scale, chunk, want):

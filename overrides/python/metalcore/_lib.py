@@ -292,6 +292,7 @@ _SIGNATURES = {
     "mc_cross_entropy": (_I32, [_P, _P, _I64, _F, _P, _P, _P, _P]),
     "mc_cross_entropy_fwd": (_I32, [_P, _P, _I64, _F, _P, _P, _P]),
     "mc_cross_entropy_bwd": (_I32, [_P, _P, _P, _I64, _F, _P, _P, _P]),
+    "mc_loss_grad_scale": (_I32, [_P, _P, _P]),
     "mc_glu_fwd": (_I32, [_P, _P, _I32, _P, _P]), "mc_glu_bwd": (_I32, [_P, _P, _P, _I32, _P, _P, _P]),
     "mc_rope": (_I32, [_P, _P, _P, _I32, _P, _P]),
     "mc_cholesky": (_I32, [_P, _I32, _P, _P, _P]),

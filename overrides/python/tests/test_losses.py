@@ -32,7 +32,11 @@ def test_matches_pytorch(device, dtype, shape, reduction, smoothing):
     metalcore.reset_call_counts()
     got = metalcore.cross_entropy(ours_x, t, label_smoothing=smoothing, reduction=reduction)
     want = F.cross_entropy(ref_x, t, label_smoothing=smoothing, reduction=reduction)
-    assert metalcore.call_counts() == {"cross_entropy_fwd": 1} and got.dtype == dtype and got.shape == want.shape
+    # a scalar loss's gradient comes with it, scaled in the backward; a loss
+    # per row keeps each row's log-sum-exp for a backward pass of its own
+    forward, backward = (("cross_entropy_fwd", "cross_entropy_bwd") if reduction == "none" else
+                         ("cross_entropy", "loss_grad_scale"))
+    assert metalcore.call_counts() == {forward: 1} and got.dtype == dtype and got.shape == want.shape
     if torch.isnan(want).any():  # every row ignored: PyTorch's mean is nan
         assert torch.isnan(got).all()
         return
@@ -40,9 +44,26 @@ def test_matches_pytorch(device, dtype, shape, reduction, smoothing):
     dy = (torch.randn(want.shape, generator=gen) if reduction == "none" else torch.tensor(0.7)).to(device)
     got.backward(dy.to(dtype))
     want.backward(dy)
-    assert metalcore.call_counts() == {"cross_entropy_fwd": 1, "cross_entropy_bwd": 1}
+    assert metalcore.call_counts() == {forward: 1, backward: 1}
     assert ours_x.grad.dtype == dtype
     close(ours_x.grad.float(), ref_x.grad, dtype, "dlogits")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_gradient_scaled_by_each_backward(device, reduction):
+    """loss.backward() (a gradient of 1: nothing rescaled), then a graph kept
+    and run backward again with other gradients: each matches PyTorch's."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 40, generator=gen).to(device)
+    t = _targets(6, 40, gen).to(device)
+    ours_x, ref_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got = metalcore.cross_entropy(ours_x, t, reduction=reduction)
+    want = F.cross_entropy(ref_x, t, reduction=reduction)
+    for dy in (None, 2.5, -0.5, 1.0):
+        for loss, leaf in ((got, ours_x), (want, ref_x)):
+            leaf.grad = None
+            loss.backward(None if dy is None else torch.tensor(dy, device=device), retain_graph=True)
+        torch.testing.assert_close(ours_x.grad, ref_x.grad, msg=f"gradient {dy}")
 
 
 def test_all_ignored_and_one_dimensional():
