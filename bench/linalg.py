@@ -8,18 +8,36 @@ CPU metalcore runs on its threads and PyTorch (LAPACK underneath) at the
 faster of 1 thread and as many as metalcore's; on CUDA PyTorch is cuSOLVER
 or MAGMA. Each time is the median of 5 timed calls (20 on CUDA) after a
 warm-up, outputs allocated by the call as a user's are. Error: the largest
-||L Lᵀ - A|| / ||A|| over the batch, in float64, for each side's factor."""
+||L Lᵀ - A|| / ||A|| over the batch, in float64, for each side's factor.
+Solve (solve_ex, float32, one right-hand side) of A = N(0, 1) + 2 sqrt(n) I
+at the same shapes; error: the largest ||A x - b|| / (||A|| ||x||) over the
+batch."""
 import torch
 
 import harness
 import metalcore
 
 CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
+SOLVE = CHOLESKY
 
 
 def reconstruction(l, a):
     l, a = l.double(), a.double()
     return ((l @ l.mT - a).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1)).max().item()
+
+
+def residual(x, a, b):
+    x, a, b = x.double(), a.double(), b.double()
+    return ((a @ x - b).flatten(1).norm(dim=1) / (a.flatten(1).norm(dim=1) * x.flatten(1).norm(dim=1))).max().item()
+
+
+def row(name, shape, theirs, ours, error, device, rounds):
+    """A table row: PyTorch's call and metalcore's on the same inputs, and
+    error(result) of each."""
+    t_theirs, threads = pytorch_time(theirs, device, rounds)
+    t_ours = harness.timed(ours, device, rounds)
+    print(f"| {name} | {shape} | {t_theirs:.3f}{threads} | {t_ours:.3f} | {t_theirs / t_ours:.2f} | "
+          f"{error(theirs()):.1e} | {error(ours()):.1e} |")
 
 
 def pytorch_time(fn, device, rounds):
@@ -41,8 +59,8 @@ def main():
     print("# Batched small-matrix linear algebra\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/linalg.py`. Milliseconds, "
           "median of 5 calls (20 on CUDA); speed is PyTorch's time over metalcore's; error is the largest "
-          "||L Lᵀ - A|| / ||A|| over the batch. Bars (issue 32): Cholesky 10000 x 32² >= 3x on the CPU and >= 2x on "
-          "the H100, >= 1.0x elsewhere up to n = 128.\n")
+          "||L Lᵀ - A|| / ||A|| (Cholesky) or ||A x - b|| / (||A|| ||x||) (solve) over the batch. Bars (issue 32): "
+          "Cholesky and solve 10000 x 32² >= 3x on the CPU and >= 2x on the H100, >= 1.0x elsewhere up to n = 128.\n")
     for device in harness.devices(cpu_first=True):
         where = harness.on(device)
         rounds = 20 if device == "cuda" else 5
@@ -53,12 +71,14 @@ def main():
             gen = torch.Generator().manual_seed(n)
             b = torch.randn(batch, n, n, generator=gen, dtype=torch.float64)
             a = (b @ b.mT / n + torch.eye(n, dtype=torch.float64)).float().to(device)
-            theirs, threads = pytorch_time(lambda: torch.linalg.cholesky_ex(a), device, rounds)
-            ours = harness.timed(lambda: metalcore.linalg.cholesky_ex(a), device, rounds)
-            err_t = reconstruction(torch.linalg.cholesky_ex(a)[0], a)
-            err_o = reconstruction(metalcore.linalg.cholesky_ex(a)[0], a)
-            print(f"| cholesky_ex | {batch} x {n} x {n} | {theirs:.3f}{threads} | {ours:.3f} | {theirs / ours:.2f} | "
-                  f"{err_t:.1e} | {err_o:.1e} |")
+            row("cholesky_ex", f"{batch} x {n} x {n}", lambda: torch.linalg.cholesky_ex(a),
+                lambda: metalcore.linalg.cholesky_ex(a), lambda r: reconstruction(r[0], a), device, rounds)
+        for batch, n in SOLVE:
+            gen = torch.Generator().manual_seed(n)
+            a = (torch.randn(batch, n, n, generator=gen) + 2 * n ** 0.5 * torch.eye(n)).to(device)
+            rhs = torch.randn(batch, n, 1, generator=gen).to(device)
+            row("solve_ex", f"{batch} x {n} x {n}, 1 rhs", lambda: torch.linalg.solve_ex(a, rhs),
+                lambda: metalcore.linalg.solve_ex(a, rhs), lambda r: residual(r[0], a, rhs), device, rounds)
         print()
 
 

@@ -302,6 +302,18 @@ enum { MC_QR_REDUCED = 0, MC_QR_COMPLETE = 1, MC_QR_R = 2 };
  * MC_ERR_UNSUPPORTED_LAYOUT there (no workspace, no allocation). */
 mc_status mc_cholesky(const mc_tensor* a, int32_t upper, mc_tensor* l, mc_tensor* info, void* encoder);
 
+/* Batched linear systems: for every A of a [..., n, n] and its right-hand
+ * sides b [..., n, k], x (b's shape; may be b itself) = A^-1 b by Gaussian
+ * elimination with partial pivoting, in float32 (16-bit inputs converted);
+ * a is read only. info [...] (int32, one per matrix): 0, or j > 0 where the
+ * j-th pivot is zero (A singular, as LAPACK's getrf reports it), and that
+ * system's x is NaN. A NaN in A or b gives NaN in x. a, b, x: one float
+ * dtype, contiguous. On a GPU up to 32 x 32 with up to 8 right-hand sides a
+ * warp per system, larger ones a block per system in shared memory: beyond
+ * what that holds (n (n + k) floats: 200 KB on CUDA, 32 KB on Metal)
+ * MC_ERR_UNSUPPORTED_LAYOUT. */
+mc_status mc_solve(const mc_tensor* a, const mc_tensor* b, mc_tensor* x, mc_tensor* info, void* encoder);
+
 mc_status mc_qr_workspace_size(const mc_tensor* a, int32_t mode, int64_t* bytes);
 mc_status mc_qr(const mc_tensor* a, int32_t mode, mc_tensor* q, mc_tensor* r,
                 mc_tensor* workspace /* NULL when the size is 0 */, void* encoder);

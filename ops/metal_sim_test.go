@@ -22,6 +22,7 @@ import (
 	"metalcore/ops/qr"
 	"metalcore/ops/rope"
 	"metalcore/ops/softmax"
+	"metalcore/ops/solve"
 )
 
 // The op families on the Metal simulator (tests/metal/sim, a metalsim
@@ -563,6 +564,40 @@ func TestMetalSimCholesky(t *testing.T) {
 						return cholesky.Cholesky(on(a), upper, o[0].Ptr(), o[1].Ptr(), e)
 					})
 			}
+		}
+	}
+}
+
+// Solve through both kernels (a warp a system up to 32 with up to 8
+// right-hand sides, a block otherwise),
+// one of the systems singular (a zero column).
+func TestMetalSimSolve(t *testing.T) {
+	rng := tu.RNG(t)
+	for _, dt := range tu.DTypes {
+		for _, nk := range [][2]int{{1, 1}, {5, 3}, {32, 2}, {16, 12}, {33, 1}, {48, 4}} {
+			n, k := nk[0], nk[1]
+			s := newSimRun(t)
+			av := make([]float64, 3*n*n)
+			for i := range av {
+				av[i] = rng.NormFloat64()
+			}
+			for m := range 3 {
+				for i := range n {
+					av[m*n*n+i*n+i] += 2 * math.Sqrt(float64(n))
+					if m == 1 {
+						av[m*n*n+i*n] = 0
+					}
+				}
+			}
+			bv := make([]float64, 3*n*k)
+			for i := range bv {
+				bv[i] = rng.NormFloat64()
+			}
+			a, b := s.in(dt, []int64{3, int64(n), int64(n)}, av), s.in(dt, []int64{3, int64(n), int64(k)}, bv)
+			s.check(fmt.Sprintf("solve %s n %d k %d", dt, n, k), []out{{dt, []int64{3, int64(n), int64(k)}}, {core.I32, []int64{3}}},
+				8*tu.Tol(dt), func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return solve.Solve(on(a), on(b), o[0].Ptr(), o[1].Ptr(), e)
+				})
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	_ "metalcore/ops/norm"
 	_ "metalcore/ops/qr"
 	_ "metalcore/ops/rope"
+	_ "metalcore/ops/solve"
 	_ "metalcore/ops/softmax"
 )
 

@@ -171,3 +171,15 @@ func deviceName(t int32) string {
 	}
 	return fmt.Sprintf("device type %d", t)
 }
+
+// WantBatchInfo requires info to hold one status per matrix of the batch
+// a [..., n, n]: shaped as a without its last two dimensions (or [1] for
+// one matrix).
+func WantBatchInfo(a, info *View, batch int) error {
+	nd := len(a.Shape)
+	if info.N != batch || (len(info.Shape) != nd-2 && !(len(info.Shape) == 1 && nd == 2 && info.N == 1)) {
+		return Errorf(ErrInvalidArgument, "info has shape %v; it needs one value per matrix of a %v "+
+			"(a's shape without its last two dimensions)", info.Shape, a.Shape)
+	}
+	return nil
+}

@@ -42,14 +42,7 @@ func Cholesky(a *core.Tensor, upper bool, l, info *core.Tensor, enc unsafe.Point
 	c.Check(func() (err error) { s, err = inputShapes(av, upper); return })
 	c.Check(func() error { return core.LikeX(av, lv) })
 	c.Check(func() error { return core.WantContiguous(av, lv, iv) })
-	c.Check(func() error {
-		nd := len(av.Shape)
-		if iv.N != s.batch || (len(iv.Shape) != nd-2 && !(len(iv.Shape) == 1 && nd == 2 && iv.N == 1)) {
-			return core.Errorf(core.ErrInvalidArgument, "info has shape %v; it needs one value per matrix of a %v "+
-				"(a's shape without its last two dimensions)", iv.Shape, av.Shape)
-		}
-		return nil
-	})
+	c.Check(func() error { return core.WantBatchInfo(av, iv, s.batch) })
 	f, err := core.Validated(c, enc, factor)
 	if err != nil || s.batch == 0 {
 		return err

@@ -26,7 +26,7 @@
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky)
+    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky) X(mc_solve)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -496,6 +496,36 @@ static void check_cholesky(void) {
     free(a.mem), free(l.mem), free(m.mem), free(m.t.shape);
 }
 
+/* Two 5 x 5 systems with two right-hand sides: the first regular (A X
+ * reproduces B), the second singular (a zero column: info 1, x NaN); a
+ * b of another batch is refused. */
+static void check_solve(void) {
+    enum { N = 5, K = 2 };
+    int64_t ashape[3] = {2, N, N}, bshape[3] = {2, N, K}, ishape[1] = {2};
+    tensor a = make(F32, 2, 2 * N, N), b = make(F32, 2, 2 * N, K), x = make(F32, 2, 2 * N, K);
+    free(a.t.shape), free(b.t.shape), free(x.t.shape);
+    a.t.ndim = b.t.ndim = x.t.ndim = 3, a.t.shape = ashape, b.t.shape = x.t.shape = bshape;
+    fill(&a, 1), fill(&b, 1);
+    for (int i = 0; i < N; i++) set(&a, i * N + i, get(&a, i * N + i) + 4), set(&a, N * N + i * N, 0);
+    int32_t info[2] = {-1, -1};
+    mc_tensor it = {info, {MC_DEVICE_CPU, 0}, 1, {MC_DTYPE_INT, 32, 1}, ishape, NULL, 0};
+    CHECK(p_mc_solve(&a.t, &b.t, &x.t, &it, NULL) == MC_OK, "solve: %s", p_mc_last_error());
+    CHECK(info[0] == 0 && info[1] == 1, "solve: info %d %d, want 0 1", info[0], info[1]);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < K; c++) {
+            double s = 0;
+            for (int j = 0; j < N; j++) s += get(&a, i * N + j) * get(&x, j * K + c);
+            CHECK(fabs(s - get(&b, i * K + c)) <= 1e-5, "solve: (A x)[%d][%d] = %g, want %g", i, c, s, get(&b, i * K + c));
+            CHECK(isnan(get(&x, N * K + i * K + c)), "solve: singular x[%d][%d] = %g, want NaN", i, c,
+                  get(&x, N * K + i * K + c));
+        }
+    bshape[0] = 1;
+    CHECK(p_mc_solve(&a.t, &b.t, &x.t, &it, NULL) == MC_ERR_INVALID_ARGUMENT, "solve: b of another batch: %s",
+          p_mc_last_error());
+    a.t.shape = b.t.shape = x.t.shape = NULL;
+    free(a.mem), free(b.mem), free(x.mem);
+}
+
 static void check_bad_inputs(void) {
     tensor x = make(F32, 2, 4, 8), w = make(F32, 1, 0, 8), y = make(F32, 2, 4, 8);
     fill(&x, 1);
@@ -697,6 +727,7 @@ int main(int argc, char** argv) {
     check_adamw();
     check_qr();
     check_cholesky();
+    check_solve();
     check_bad_inputs();
     check_thread_local_errors();
     check_fork();

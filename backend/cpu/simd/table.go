@@ -22,6 +22,7 @@ type Table struct {
 	AdamWStep
 	QRKernels
 	CholeskyKernels
+	SolveKernels
 	Conversions
 }
 
@@ -110,6 +111,20 @@ type CholeskyKernels struct {
 	// positive-definite (or is NaN); past it that lane's factor is
 	// unspecified. Nil in the portable table.
 	CholeskyLanes func(a []float32, n int, invDiag []float32, info []int32)
+}
+
+// SolveKernels are batched linear systems' primitive.
+type SolveKernels struct {
+	// SolveLanes solves Lanes systems A X = B at once, one per lane, in
+	// place: a holds each system's n x n A and b its n x k B, interleaved
+	// (element e of system l at a[e*Lanes+l]); afterwards b holds X and a
+	// is overwritten. Gaussian elimination with partial pivoting: the
+	// largest magnitude left in the column (NaN counting as the largest),
+	// the first such row on ties. old holds (n + k)*Lanes floats of
+	// scratch. info[l] (Lanes of them) gets 0, or j where lane l's j-th
+	// pivot is zero; past it that lane's X is unspecified. Nil in the
+	// portable table.
+	SolveLanes func(a []float32, n int, b []float32, k int, old []float32, info []int32)
 }
 
 // Conversions are the 16-bit formats to and from float32.

@@ -125,6 +125,23 @@ class Cholesky(torch.autograd.Function):
         return _backward.cholesky(l, gl, ctx.upper), None
 
 
+class Solve(torch.autograd.Function):
+    """X and info from one library call; the backward is PyTorch's formula
+    (another solve, with Aᵀ, and a product)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        x, info = _kernels.solve(a, b)
+        ctx.mark_non_differentiable(info)
+        ctx.save_for_backward(a, x)
+        return x, info
+
+    @staticmethod
+    def backward(ctx, gx, _):
+        a, x = ctx.saved_tensors
+        return _backward.solve(_kernels, a, x, gx, ctx.needs_input_grad)
+
+
 def reduce_loss(rows, count, reduction, dtype):
     """F.cross_entropy's reduction of the per-row float32 losses (count:
     the rows not ignored, an int64 tensor), in dtype."""

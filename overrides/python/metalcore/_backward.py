@@ -37,6 +37,17 @@ def cholesky(l, gl, upper):
     return torch.linalg.solve_triangular(lf, ga, upper=False, left=False).to(l.dtype)
 
 
+def solve(kernels, a, x, gx, needs):
+    """PyTorch's gradients (of A, of B) of X = A⁻¹ B for gx: gB = A⁻ᵀ gX,
+    gA = −gB Xᵀ; through PyTorch's differentiable ops where a graph is
+    being built, else gB by the library."""
+    if torch.is_grad_enabled():
+        gb = torch.linalg.solve(a.mT, gx)
+    else:
+        gb = kernels.solve(a.mT.contiguous(), gx.contiguous())[0]
+    return (-(gb @ x.mT) if needs[0] else None), (gb if needs[1] else None)
+
+
 def vjp(fn, inputs, dy, needs):
     """The gradients of fn(*inputs) (PyTorch's own ops) for dy, themselves
     differentiable."""

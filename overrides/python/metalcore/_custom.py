@@ -181,6 +181,10 @@ class _Backward:
         return softmax_backward(dy.contiguous(), y)
 
     @staticmethod
+    def solve(a, b):
+        return tuple(solve(a, b))  # the custom op below
+
+    @staticmethod
     def gelu_backward(dy, x, tanh_form):
         return gelu_backward(dy.contiguous(), x, tanh_form)
 
@@ -349,6 +353,26 @@ def _cholesky_grad(ctx, gl, _):
 
 
 cholesky.register_autograd(_cholesky_grad, setup_context=_cholesky_context)
+
+
+@torch.library.custom_op("metalcore::solve", mutates_args=())
+def solve(a: Tensor, b: Tensor) -> Tuple[Tensor, Tensor]:
+    return _kernels.solve(a, b)
+
+
+solve.register_fake(lambda a, b: (torch.empty_like(b), a.new_empty(a.shape[:-2], dtype=torch.int32)))
+
+
+def _solve_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], output[0])
+
+
+def _solve_grad(ctx, gx, _):
+    a, x = ctx.saved_tensors
+    return _backward.solve(_BACKWARD, a, x, gx, ctx.needs_input_grad)
+
+
+solve.register_autograd(_solve_grad, setup_context=_solve_context)
 
 
 @torch.library.custom_op("metalcore::qr", mutates_args=())

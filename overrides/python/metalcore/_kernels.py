@@ -19,6 +19,7 @@ _silu_fwd, _silu_bwd = lib.mc_silu_fwd, lib.mc_silu_bwd
 _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cholesky = lib.mc_cholesky
+_solve = lib.mc_solve
 _cross_entropy = lib.mc_cross_entropy
 _cross_entropy_fwd, _cross_entropy_bwd = lib.mc_cross_entropy_fwd, lib.mc_cross_entropy_bwd
 _loss_grad_scale = lib.mc_loss_grad_scale
@@ -302,6 +303,17 @@ def cholesky(a, upper):
     args = described(("cholesky", form(a)), (a, l, info))
     check(call(_cholesky, a, args[0], int(upper), args[1], args[2]))
     return l, info
+
+
+def solve(a, b):
+    """(x, info) for every system A X = B of a [..., n, n] and b [..., n, k]
+    (contiguous, one batch shape): x shaped as b, info int32 [...] (0, or
+    the index + 1 of the first zero pivot, where x is NaN)."""
+    x, info = torch.empty_like(b), a.new_empty(a.shape[:-2], dtype=torch.int32)
+    CALLS["solve"] += 1
+    args = described(("solve", form(a), form(b)), (a, b, x, info))
+    check(call(_solve, a, args[0], args[1], args[2], args[3]))
+    return x, info
 
 
 # ---- QR ---------------------------------------------------------------------------------

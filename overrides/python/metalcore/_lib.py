@@ -296,6 +296,7 @@ _SIGNATURES = {
     "mc_glu_fwd": (_I32, [_P, _P, _I32, _P, _P]), "mc_glu_bwd": (_I32, [_P, _P, _P, _I32, _P, _P, _P]),
     "mc_rope": (_I32, [_P, _P, _P, _I32, _P, _P]),
     "mc_cholesky": (_I32, [_P, _I32, _P, _P, _P]),
+    "mc_solve": (_I32, [_P, _P, _P, _P, _P]),
     "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),
     "mc_qr": (_I32, [_P, _I32, _P, _P, _P, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),

@@ -82,6 +82,16 @@ def cholesky(a, upper):
     return _kernels.cholesky(a, upper)
 
 
+def solve(a, b):
+    """(x, info) of contiguous a [..., n, n] and b [..., n, k], one batch
+    shape."""
+    if compiling():
+        return tuple(torch.ops.metalcore.solve(a, b))
+    if _grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _autograd.Solve.apply(a, b)
+    return _kernels.solve(a, b)
+
+
 def cross_entropy(logits, target, ignore_index, smoothing, reduction):
     """logits [N, V], target [N] (contiguous)."""
     if compiling():

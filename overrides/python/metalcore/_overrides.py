@@ -18,13 +18,13 @@ from .functional import (gelu_refused, last_dim_only, norm_refused, normalized, 
 # "device/dtype". Chosen through the public API against PyTorch at equal
 # threads (bench/overrides_cpu.md: on the CPU the bfloat16 ops that are
 # faster forward and forward + backward, and QR, bench/qr.md;
-# bench/python_ops.md on CUDA; Cholesky, bench/linalg.md).
+# bench/python_ops.md on CUDA; Cholesky and solve, bench/linalg.md).
 DEFAULTS = {
-    "cpu": {"qr", "cholesky"},
+    "cpu": {"qr", "cholesky", "solve"},
     "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
-    "cuda": {"rms_norm", "softmax", "cholesky"},
+    "cuda": {"rms_norm", "softmax", "cholesky", "solve"},
 }
-ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky"}
+ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky", "solve"}
 
 # The targets whose fallback is running on this thread. A fallback's
 # function may call another patched function (F.softmax calls
@@ -176,6 +176,35 @@ def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     return _fall_back("cholesky_ex", why, A, upper=upper, check_errors=check_errors)
 
 
+def _solve_refused(A, B, left, out):
+    """Why the solve overrides leave the call to PyTorch, or None: a single
+    system on the CPU is LAPACK's (metalcore's CPU kernel is for batches)."""
+    why = _off("solve", A) or ("out=" if out is not None else None) or (
+        linalg.solve_refused(A, B, left) if isinstance(B, torch.Tensor) else "B not a tensor")
+    if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2 and B.numel() <= B.shape[-1] * A.shape[-1]:
+        why = "one system on the CPU"
+    return why
+
+
+def solve(A, B, *, left=True, out=None):
+    why = _solve_refused(A, B, left, out) or ("raising under torch.compile" if _lib.compiling() else None)
+    if why is None:
+        return linalg.systems(A, B, left, "torch.linalg.solve")[0]
+    if out is not None:
+        return _fall_back("solve", why, A, B, left=left, out=out)
+    return _fall_back("solve", why, A, B, left=left)
+
+
+def solve_ex(A, B, *, left=True, check_errors=False, out=None):
+    why = _solve_refused(A, B, left, out)
+    if why is None:
+        raising_as = "torch.linalg.solve_ex" if check_errors else None
+        return torch.return_types.linalg_solve_ex(linalg.systems(A, B, left, raising_as))
+    if out is not None:
+        return _fall_back("solve_ex", why, A, B, left=left, check_errors=check_errors, out=out)
+    return _fall_back("solve_ex", why, A, B, left=left, check_errors=check_errors)
+
+
 # What each target patches: target -> (op, owner, attribute, the patched function)
 _TARGETS = {
     "rms_norm": ("rms_norm", F, "rms_norm", rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", layer_norm),
@@ -184,7 +213,10 @@ _TARGETS = {
     "silu": ("silu", F, "silu", silu), "qr": ("qr", torch.linalg, "qr", qr),
     "cholesky": ("cholesky", torch.linalg, "cholesky", cholesky),
     "cholesky_ex": ("cholesky", torch.linalg, "cholesky_ex", cholesky_ex),
+    "solve": ("solve", torch.linalg, "solve", solve),
 }
+if hasattr(torch.linalg, "solve_ex"):
+    _TARGETS["solve_ex"] = ("solve", torch.linalg, "solve_ex", solve_ex)
 
 
 def _patched(target, original):

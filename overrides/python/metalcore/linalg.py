@@ -1,5 +1,5 @@
-"""Layer 4: metalcore.linalg: batched Householder QR (CPU and CUDA) and
-batched Cholesky (CPU, CUDA and MPS)."""
+"""Layer 4: metalcore.linalg: batched Householder QR (CPU and CUDA),
+batched Cholesky and batched linear systems (CPU, CUDA and MPS)."""
 import torch
 
 from . import _lib, _ops
@@ -7,6 +7,7 @@ from ._kernels import QR_MODES
 
 # PyTorch's own, where PyTorch must run
 _torch_qr, _torch_cholesky, _torch_cholesky_ex = torch.linalg.qr, torch.linalg.cholesky, torch.linalg.cholesky_ex
+_torch_solve, _torch_solve_ex = torch.linalg.solve, getattr(torch.linalg, "solve_ex", None)
 _LinAlgError = getattr(torch.linalg, "LinAlgError", RuntimeError)
 
 # The largest order metalcore factors: what the GPU kernels hold on chip
@@ -106,3 +107,96 @@ def _raise_for(info, name):
     raise _LinAlgError(f"{name}: {where}The factorization could not be completed because the input is not "
                        f"positive-definite (the leading minor of order {int(info.reshape(-1)[first])} is not "
                        "positive-definite).")
+
+
+# What a GPU kernel of mc_solve holds on chip beyond 32 x 32 systems with up
+# to 8 right-hand sides (n (n + k) + 4 floats of a block's shared memory).
+_SOLVE_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
+
+
+def _is_vector(A, B):
+    """PyTorch's rule: B is a (batch of) vector(s) where it is 1-D, or has
+    A's shape without its last dimension."""
+    return B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+
+
+def solve_refused(A, B, left=True):
+    """Why metalcore does not solve A X = B (X A = B unless left), or None
+    (non-contiguous or broadcast operands are copied)."""
+    why = _lib.unsupported_any_layout(A) or _lib.unsupported_any_layout(B)
+    if why is not None:
+        return why
+    if A.dtype != B.dtype or A.device != B.device:
+        return "A and B of different dtypes or devices"
+    if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
+        return "not square matrices"
+    n = A.shape[-1]
+    vector = _is_vector(A, B)
+    if B.dim() < 2 and not vector:
+        return "B of fewer than 2 dimensions"
+    rows = B.shape[-1] if vector or not left else B.shape[-2]
+    if rows != n:
+        return f"B of shape {list(B.shape)} for A of shape {list(A.shape)}"
+    batch = B.shape[:-1 if vector else -2]
+    if batch != A.shape[:-2]:
+        try:
+            torch.broadcast_shapes(A.shape[:-2], batch)
+        except RuntimeError:
+            return "batch dimensions that do not broadcast"
+    if n > _MAX_ORDER:
+        return f"order above {_MAX_ORDER}"
+    k = 1 if vector else B.shape[-1] if left else B.shape[-2]
+    most = _SOLVE_SHARED.get(A.device.type)
+    if most is not None and (n > 32 or k > 8) and (n * (n + k) + 4) * 4 > most:
+        return f"{k} right-hand sides of order {n}"
+    return None
+
+
+def solve_ex(A, B, *, left=True, check_errors=False):
+    """torch.linalg.solve_ex(A, B, left=, check_errors=): (X, info) with
+    A X = B (X A = B unless left) for every matrix of A [..., n, n] and B
+    [..., n, k] or [..., n] (batch dimensions broadcast), by Gaussian
+    elimination with partial pivoting; float32, float16 and bfloat16
+    (16-bit computed in float32, returned in A's dtype); info (int32) 0, or
+    the index + 1 of the first zero pivot (A singular: that X is NaN).
+    Never waits for the device unless check_errors. Differentiable
+    (PyTorch's formula). Other inputs are PyTorch's."""
+    why = solve_refused(A, B, left)
+    if why is not None or _torch_solve_ex is None and check_errors:
+        _lib.pytorch_computes("solve", why or "check_errors on this PyTorch")
+        if _torch_solve_ex is None:
+            x = _torch_solve(A, B) if left else _torch_solve(A.mT, B.mT).mT
+            return x, torch.zeros(x.shape[:-1 if _is_vector(A, B) else -2], dtype=torch.int32, device=x.device)
+        return tuple(_torch_solve_ex(A, B, left=left, check_errors=check_errors))
+    return systems(A, B, left, "torch.linalg.solve_ex" if check_errors else None)
+
+
+def solve(A, B, *, left=True):
+    """torch.linalg.solve(A, B, left=): solve_ex's X, raising
+    torch.linalg.LinAlgError, as PyTorch does, for a singular matrix (which
+    reads info: the host waits for the device). Under torch.compile
+    PyTorch's own (the raise depends on the data)."""
+    why = "raising under torch.compile" if _lib.compiling() else solve_refused(A, B, left)
+    if why is not None:
+        _lib.pytorch_computes("solve", why)
+        return _torch_solve(A, B) if left else _torch_solve(A.mT, B.mT).mT
+    return systems(A, B, left, "torch.linalg.solve")[0]
+
+
+def systems(A, B, left, raising_as=None):
+    """(X, info) for A and B, which solve_refused takes; where raising_as
+    names the function, PyTorch's error from it for the first singular
+    matrix (the host reads info)."""
+    vector = _is_vector(A, B)
+    if not left:
+        A = A.mT
+    B = B.unsqueeze(-1) if vector else B if left else B.mT
+    if A.shape[:-2] != B.shape[:-2]:
+        batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+        A, B = A.expand(*batch, *A.shape[-2:]), B.expand(*batch, *B.shape[-2:])
+    x, info = _ops.solve(A.contiguous(), B.contiguous())
+    if raising_as is not None and info.numel() and bool(info.any()):
+        bad = int(torch.nonzero(info.reshape(-1)).flatten()[0])
+        where = f"(Batch element {bad}): " if info.dim() > 0 else ""
+        raise _LinAlgError(f"{raising_as}: {where}The solver failed because the input matrix is singular.")
+    return (x.squeeze(-1) if vector else x if left else x.mT), info

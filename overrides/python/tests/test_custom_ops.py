@@ -42,6 +42,7 @@ def samples(device):
                                     torch.tensor([3, 0, 6], device=device), -100, 0.0, False, 8, False, True, False)),
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
         (ops.cholesky, (grad(spd), False)), (ops.cholesky, (spd[0], True)),
+        (ops.solve, (grad(spd), grad(torch.randn(2, 5, 3, device=device)))), (ops.solve, (spd[0], x[:1, :5].mT.contiguous())),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [],
@@ -179,3 +180,25 @@ def test_compile_cholesky(device):
     assert metalcore.call_counts().get("cholesky") == 1, metalcore.call_counts()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_compile_solve(device):
+    """metalcore.linalg.solve_ex under torch.compile(fullgraph=True) is the
+    custom op, forward and backward (the gradients of A and B), as eager."""
+    torch.manual_seed(0)
+    a = (torch.randn(3, 6, 6, device=device) + 5 * torch.eye(6, device=device)).requires_grad_()
+    b = torch.randn(3, 6, 2, device=device, requires_grad=True)
+
+    def f(a, b):
+        x, info = metalcore.linalg.solve_ex(a, b)
+        return (x * x.detach().flip(-2)).sum() + info.sum()
+
+    want = f(a, b)
+    want_grads = torch.autograd.grad(want, (a, b))
+    metalcore.reset_call_counts()
+    got = torch.compile(f, fullgraph=True)(a, b)
+    got_grads = torch.autograd.grad(got, (a, b))
+    assert metalcore.call_counts().get("solve") == 2, metalcore.call_counts()  # forward, and B's gradient
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

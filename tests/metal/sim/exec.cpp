@@ -624,7 +624,11 @@ static void group_access(Fiber* f, size_t off, unsigned n, bool write, bool alig
             if (unordered)
                 report("race", f, "writes threadgroup byte %zu, which other threads read, with no barrier between", 2 * i);
             c.wtid = tid, c.wg = g, c.ws = s, c.rtid = kNone;
-        } else if (c.rtid == kNone || c.rg < g) {
+        } else if (c.rtid == kNone || c.rg < g || (c.rsimd == simd && c.rs < s)) {
+            // a read that every earlier one is ordered before (an earlier
+            // threadgroup epoch, or an earlier SIMD-group epoch of this same
+            // SIMD group) replaces them: a later write is unordered with it
+            // wherever it would have been with them
             c.rtid = tid, c.rsimd = simd, c.rg = g, c.rs = s;
         } else {
             if (c.rtid != tid) c.rtid = kMany;

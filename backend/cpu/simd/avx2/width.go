@@ -12,6 +12,7 @@ const W = 8
 type (
 	vf = archsimd.Float32x8
 	vi = archsimd.Int32x8
+	vm = archsimd.Mask32x8
 )
 
 // panelRows is the rows of the QR panel kernel's tile (panel_amd64.s):
@@ -65,7 +66,7 @@ func sumTo4(v vf) archsimd.Float32x4 { return v.GetLo().Add(v.GetHi()) }
 func maxTo4(v vf) archsimd.Float32x4 { return v.GetLo().Max(v.GetHi()) }
 
 // lanes is true in the first n lanes (all of them for n >= W).
-func lanes(n int) archsimd.Mask32x8 {
+func lanes(n int) vm {
 	return archsimd.LoadInt32x8Slice(laneTable[W-min(n, W):]).Less(splatI(0))
 }
 

@@ -12,6 +12,7 @@ const W = 16
 type (
 	vf = archsimd.Float32x16
 	vi = archsimd.Int32x16
+	vm = archsimd.Mask32x16
 )
 
 // panelRows is the rows of the QR panel kernel's tile (panel_amd64.s):
@@ -77,7 +78,7 @@ func maxTo4(v vf) archsimd.Float32x4 {
 }
 
 // lanes is true in the first n lanes (all of them for n >= W).
-func lanes(n int) archsimd.Mask32x16 {
+func lanes(n int) vm {
 	return archsimd.LoadInt32x16Slice(laneTable[W-min(n, W):]).Less(splatI(0))
 }
 
