@@ -22,6 +22,7 @@ import (
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/qr"
 	_ "metalcore/ops/rope"
+	_ "metalcore/ops/solve"
 )
 
 // clangCUDA runs clang's CUDA front end (as make test-cuda-syntax does) on
