@@ -159,6 +159,19 @@ func (p *Plan) Threads(kernel string, want int) int {
 	return max(limit/SIMDWidth*SIMDWidth, SIMDWidth)
 }
 
+// WarpThreads is Threads for a kernel whose threadgroup works in SIMD groups
+// of 32: want, or, for one that loops over its SIMD groups (shrinks), the
+// most the device allows; fn's error where that is less than the kernel
+// takes.
+func (p *Plan) WarpThreads(fn, kernel string, want int, shrinks bool) (int, error) {
+	got := p.Threads(kernel, want)
+	if got < want && (!shrinks || got < SIMDWidth) {
+		return 0, core.Errorf(core.ErrUnsupportedDevice, "%s: the device runs %s on at most %d threads a threadgroup; "+
+			"it needs %d", fn, kernel, got, want)
+	}
+	return got, nil
+}
+
 // Address is the GPU address of byte offset of buffer (AdamW's tensor
 // tables hold addresses), which a command using it must list as a
 // Resource.

@@ -17,8 +17,8 @@ import (
 	_ "metalcore/ops/norm"
 	_ "metalcore/ops/qr"
 	_ "metalcore/ops/rope"
-	_ "metalcore/ops/solve"
 	_ "metalcore/ops/softmax"
+	_ "metalcore/ops/solve"
 )
 
 func main() {

@@ -23,12 +23,9 @@ func init() {
 			return err
 		}
 		kernel := dialect.Kernel(k.kernel, a.DType)
-		if most := p.Threads(kernel, k.threads); most < k.threads { // whole simdgroups of 32
-			if k.kernel == "cholesky_warp" || most < 32 {
-				return core.Errorf(core.ErrUnsupportedDevice, "mc_cholesky: the device runs %s on at most %d threads "+
-					"a threadgroup; it needs %d", kernel, most, k.threads)
-			}
-			k.threads = most &^ 31 // the block kernel loops over its warps
+		// the block kernel loops over its warps
+		if k.threads, err = p.WarpThreads("mc_cholesky", kernel, k.threads, k.kernel == "cholesky"); err != nil {
+			return err
 		}
 		p.DispatchWith(kernel, k.blocks, k.threads, k.shared, nil, metal.Buf(a), metal.Buf(l), metal.Buf(info),
 			metal.I32(s.n), metal.I32(k.upper), metal.I32(s.batch))

@@ -34,7 +34,6 @@ func init() {
 	})
 }
 
-
 // kernelArgs are what the kernel takes for the optional tensors: their data
 // (the logits' where one is absent, never read: a GPU binding is never left
 // empty), the row strides of logits and gradient, and the has_scale and

@@ -23,12 +23,9 @@ func init() {
 			return err
 		}
 		kernel := dialect.Kernel(l.kernel, a.DType)
-		if most := p.Threads(kernel, l.threads); most < l.threads { // whole simdgroups of 32
-			if l.kernel != "solve_block" || most < 32 {
-				return core.Errorf(core.ErrUnsupportedDevice, "mc_solve: the device runs %s on at most %d threads "+
-					"a threadgroup; it needs %d", kernel, most, l.threads)
-			}
-			l.threads = most &^ 31 // the block kernel loops over its threads
+		// the block kernel loops over its threads
+		if l.threads, err = p.WarpThreads("mc_solve", kernel, l.threads, l.kernel == "solve_block"); err != nil {
+			return err
 		}
 		p.DispatchWith(kernel, l.blocks, l.threads, l.shared, nil, metal.Buf(a), metal.Buf(b), metal.Buf(x),
 			metal.Buf(info), metal.I32(s.n), metal.I32(s.k), metal.I32(s.batch))
