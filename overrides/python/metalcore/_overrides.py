@@ -179,8 +179,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
 def _solve_refused(A, B, left, out):
     """Why the solve overrides leave the call to PyTorch, or None: a single
     system on the CPU is LAPACK's (metalcore's CPU kernel is for batches)."""
-    why = _off("solve", A) or ("out=" if out is not None else None) or (
-        linalg.solve_refused(A, B, left) if isinstance(B, torch.Tensor) else "B not a tensor")
+    why = _off("solve", A) or ("out=" if out is not None else None) or linalg.solve_refused(A, B, left)
     if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2 and B.numel() <= B.shape[-1] * A.shape[-1]:
         why = "one system on the CPU"
     return why
@@ -214,9 +213,8 @@ _TARGETS = {
     "cholesky": ("cholesky", torch.linalg, "cholesky", cholesky),
     "cholesky_ex": ("cholesky", torch.linalg, "cholesky_ex", cholesky_ex),
     "solve": ("solve", torch.linalg, "solve", solve),
+    "solve_ex": ("solve", torch.linalg, "solve_ex", solve_ex),
 }
-if hasattr(torch.linalg, "solve_ex"):
-    _TARGETS["solve_ex"] = ("solve", torch.linalg, "solve_ex", solve_ex)
 
 
 def _patched(target, original):

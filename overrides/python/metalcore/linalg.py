@@ -7,7 +7,7 @@ from ._kernels import QR_MODES
 
 # PyTorch's own, where PyTorch must run
 _torch_qr, _torch_cholesky, _torch_cholesky_ex = torch.linalg.qr, torch.linalg.cholesky, torch.linalg.cholesky_ex
-_torch_solve, _torch_solve_ex = torch.linalg.solve, getattr(torch.linalg, "solve_ex", None)
+_torch_solve, _torch_solve_ex = torch.linalg.solve, torch.linalg.solve_ex
 _LinAlgError = getattr(torch.linalg, "LinAlgError", RuntimeError)
 
 # The largest order metalcore factors: what the GPU kernels hold on chip
@@ -93,20 +93,20 @@ def factor(A, upper, raising_as=None):
     positive-definite (the host reads info)."""
     l, info = _ops.cholesky(A.contiguous(), bool(upper))
     if raising_as is not None:
-        _raise_for(info, raising_as)
+        _raise_for(info, raising_as, lambda k: "The factorization could not be completed because the input is not "
+                   f"positive-definite (the leading minor of order {k} is not positive-definite).")
     return l, info
 
 
-def _raise_for(info, name):
-    """PyTorch's error for the first matrix whose info is not 0."""
+def _raise_for(info, name, reason):
+    """PyTorch's error from name for the first matrix whose info is not 0,
+    reason(its info) saying what went wrong."""
     bad = torch.nonzero(info.reshape(-1)).flatten()
     if bad.numel() == 0:
         return
     first = int(bad[0])
     where = f"(Batch element {first}): " if info.dim() > 0 else ""
-    raise _LinAlgError(f"{name}: {where}The factorization could not be completed because the input is not "
-                       f"positive-definite (the leading minor of order {int(info.reshape(-1)[first])} is not "
-                       "positive-definite).")
+    raise _LinAlgError(f"{name}: {where}{reason(int(info.reshape(-1)[first]))}")
 
 
 # What a GPU kernel of mc_solve holds on chip beyond 32 x 32 systems with up
@@ -162,11 +162,8 @@ def solve_ex(A, B, *, left=True, check_errors=False):
     Never waits for the device unless check_errors. Differentiable
     (PyTorch's formula). Other inputs are PyTorch's."""
     why = solve_refused(A, B, left)
-    if why is not None or _torch_solve_ex is None and check_errors:
-        _lib.pytorch_computes("solve", why or "check_errors on this PyTorch")
-        if _torch_solve_ex is None:
-            x = _torch_solve(A, B) if left else _torch_solve(A.mT, B.mT).mT
-            return x, torch.zeros(x.shape[:-1 if _is_vector(A, B) else -2], dtype=torch.int32, device=x.device)
+    if why is not None:
+        _lib.pytorch_computes("solve", why)
         return tuple(_torch_solve_ex(A, B, left=left, check_errors=check_errors))
     return systems(A, B, left, "torch.linalg.solve_ex" if check_errors else None)
 
@@ -179,7 +176,7 @@ def solve(A, B, *, left=True):
     why = "raising under torch.compile" if _lib.compiling() else solve_refused(A, B, left)
     if why is not None:
         _lib.pytorch_computes("solve", why)
-        return _torch_solve(A, B) if left else _torch_solve(A.mT, B.mT).mT
+        return _torch_solve(A, B, left=left)
     return systems(A, B, left, "torch.linalg.solve")[0]
 
 
@@ -195,8 +192,6 @@ def systems(A, B, left, raising_as=None):
         batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
         A, B = A.expand(*batch, *A.shape[-2:]), B.expand(*batch, *B.shape[-2:])
     x, info = _ops.solve(A.contiguous(), B.contiguous())
-    if raising_as is not None and info.numel() and bool(info.any()):
-        bad = int(torch.nonzero(info.reshape(-1)).flatten()[0])
-        where = f"(Batch element {bad}): " if info.dim() > 0 else ""
-        raise _LinAlgError(f"{raising_as}: {where}The solver failed because the input matrix is singular.")
+    if raising_as is not None:
+        _raise_for(info, raising_as, lambda _: "The solver failed because the input matrix is singular.")
     return (x.squeeze(-1) if vector else x if left else x.mT), info
