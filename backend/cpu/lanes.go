@@ -12,6 +12,17 @@ const (
 	laneBlock = 64
 )
 
+// Eye sets buf to the first cols columns of the m x m identity, row-major
+// with row stride ld (zeros past cols), and returns it: Q's start, and the
+// matrix that pads a batch's last group of lanes.
+func Eye(buf []float32, m, cols, ld int) []float32 {
+	clear(buf)
+	for i := range min(m, cols) {
+		buf[i*ld+i] = 1
+	}
+	return buf
+}
+
 // Interleave sets a[e*len(mats)+l] = mats[l][e] for e < elems.
 func Interleave(a []float32, mats [][]float32, elems int) {
 	lanes := len(mats)

@@ -66,12 +66,7 @@ func factorLanes(s shapes, first, lanes int, av, lv *core.View, infos []int32, s
 			mats[l] = cpu.TensorSpan(av).At((first+l)*nn).Load(0, bufs[l*nn:(l+1)*nn])
 			continue
 		}
-		eye := sc.Buf(bufEye, nn)
-		clear(eye)
-		for i := range n {
-			eye[i*n+i] = 1
-		}
-		mats[l] = eye
+		mats[l] = cpu.Eye(sc.Buf(bufEye, nn), n, n, n)
 	}
 	a := sc.Buf(bufLanes, nn*lanes)
 	cpu.Interleave(a, mats[:lanes], nn)

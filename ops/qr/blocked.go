@@ -131,7 +131,7 @@ func factorBlocked(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch, inne
 	}
 	qc := s.qCols
 	ldq := g.stride(qc)
-	qm := eye(sc.Buf(bufQ, height*ldq), m, qc, ldq)
+	qm := cpu.Eye(sc.Buf(bufQ, height*ldq), m, qc, ldq)
 	for k0 := (panels - 1) * nb; k0 >= 0; k0 -= nb {
 		v, t, ldv := panel(k0)
 		u := update{qm[k0*ldq:], ldq, ldv, k0, qc, v, ldv, negOp(top, t, nbp, false), nbp, g}

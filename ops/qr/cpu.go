@@ -128,7 +128,7 @@ func factor(s shapes, b int, av, qv, rv *core.View, sc *cpu.Scratch) {
 		return
 	}
 	qc := s.qCols
-	qm := eye(sc.Buf(bufQ, m*qc), m, qc, qc)
+	qm := cpu.Eye(sc.Buf(bufQ, m*qc), m, qc, qc)
 	for j := s.k - 1; j >= 0; j-- {
 		if tau[j] != 0 {
 			column(a, m, n, j, v)
@@ -163,16 +163,6 @@ func storeR(s shapes, b int, a []float32, lda int, rv *core.View, sc *cpu.Scratc
 		copy(rr[i*n+i:(i+1)*n], a[i*lda+i:i*lda+n])
 	}
 	cpu.TensorSpan(rv).At(b*s.rRows*n).Store(0, rr)
-}
-
-// eye sets buf to the first cols columns of the m x m identity,
-// row-major with row stride ld (zeros past cols), and returns it.
-func eye(buf []float32, m, cols, ld int) []float32 {
-	clear(buf)
-	for i := range min(m, cols) {
-		buf[i*ld+i] = 1
-	}
-	return buf
 }
 
 // householder makes the reflector that zeroes the column x[0], x[stride],

@@ -102,12 +102,8 @@ func (io systemIO) solveLanes(first, lanes int, infos []int32, sc *cpu.Scratch) 
 			as[l], bs[l] = io.as.At((first+l)*nn).Load(0, abuf), io.bs.At((first+l)*nk).Load(0, bbuf)
 			continue
 		}
-		clear(abuf)
 		clear(bbuf)
-		for i := range n {
-			abuf[i*n+i] = 1
-		}
-		as[l], bs[l] = abuf, bbuf
+		as[l], bs[l] = cpu.Eye(abuf, n, n, n), bbuf
 	}
 	a, b := sc.Buf(bufLanes, nn*lanes), sc.Buf(bufLanesB, nk*lanes)
 	cpu.Interleave(a, as[:lanes], nn)
