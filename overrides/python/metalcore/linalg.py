@@ -132,9 +132,11 @@ def solve_refused(A, B, left=True):
         return "not square matrices"
     n = A.shape[-1]
     vector = _is_vector(A, B)
+    if vector and not left:  # PyTorch takes B as a column there and refuses the shapes
+        return "a vector B with left=False"
     if B.dim() < 2 and not vector:
         return "B of fewer than 2 dimensions"
-    rows = B.shape[-1] if vector or not left else B.shape[-2]
+    rows = B.shape[-2] if left and not vector else B.shape[-1]
     if rows != n:
         return f"B of shape {list(B.shape)} for A of shape {list(A.shape)}"
     batch = B.shape[:-1 if vector else -2]
@@ -184,10 +186,11 @@ def systems(A, B, left, raising_as=None):
     """(X, info) for A and B, which solve_refused takes; where raising_as
     names the function, PyTorch's error from it for the first singular
     matrix (the host reads info)."""
-    vector = _is_vector(A, B)
+    vector = _is_vector(A, B)  # only with left
     if not left:
-        A = A.mT
-    B = B.unsqueeze(-1) if vector else B if left else B.mT
+        A, B = A.mT, B.mT
+    elif vector:
+        B = B.unsqueeze(-1)
     if A.shape[:-2] != B.shape[:-2]:
         batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
         A, B = A.expand(*batch, *A.shape[-2:]), B.expand(*batch, *B.shape[-2:])

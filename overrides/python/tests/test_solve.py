@@ -50,6 +50,11 @@ def test_vectors_left_and_broadcasting(device):
         want = torch.linalg.solve(aa.double(), bb.double(), left=left)
         assert got.shape == want.shape
         close(got, want, torch.float32, f"left={left} {tuple(bb.shape)}", tol=1e-4)
+    # a vector B with left=False: PyTorch refuses it, and so does metalcore (PyTorch's own call)
+    with pytest.raises(RuntimeError) as theirs:
+        torch.linalg.solve(a[0, 0], b[0, 0, :, 0], left=False)
+    with pytest.raises(RuntimeError, match=str(theirs.value)[:20]):
+        metalcore.linalg.solve(a[0, 0], b[0, 0, :, 0], left=False)
 
 
 def test_singular_info_and_errors(device):
