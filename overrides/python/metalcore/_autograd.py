@@ -5,11 +5,32 @@ import torch
 
 from . import _backward, _kernels
 
+# PyTorch 2 puts a Python layer over a Function's apply (for functorch's
+# transforms) that costs a few microseconds a call; outside a transform it
+# only hands the arguments to the C apply, which direct() calls itself.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_c_apply = torch._C._FunctionBase.__dict__["apply"]
+
+
+def direct(cls):
+    """cls.apply, calling PyTorch's C apply straight where no functorch
+    transform is active (everywhere on PyTorch 1.13, whose apply is that)."""
+    if _transforms_active is None:
+        return cls.apply
+    c_apply, python_apply = _c_apply.__get__(None, cls), cls.apply
+
+    def apply(*args):
+        return python_apply(*args) if _transforms_active() else c_apply(*args)
+    return apply
+
+
+# The norms' and activations' forwards take the Forms of their input
+# tensors from _lib.admit (or None), for the kernel call.
 
 class RMSNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, eps):
-        y, rstd = _kernels.rms_norm(x, weight, eps)
+    def forward(ctx, x, weight, eps, forms):
+        y, rstd = _kernels.rms_norm(x, weight, eps, forms=forms)
         ctx.save_for_backward(x, weight, rstd)
         ctx.eps = eps
         return y
@@ -17,13 +38,13 @@ class RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        return _backward.rms_norm(_kernels, dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None,)
+        return _backward.rms_norm(_kernels, dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None, None)
 
 
 class LayerNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        y, stats = _kernels.layer_norm(x, weight, bias, eps)
+    def forward(ctx, x, weight, bias, eps, forms):
+        y, stats = _kernels.layer_norm(x, weight, bias, eps, forms=forms)
         ctx.save_for_backward(x, weight, bias, stats)
         ctx.eps = eps
         return y
@@ -31,13 +52,14 @@ class LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, bias, stats = ctx.saved_tensors
-        return _backward.layer_norm(_kernels, dy, x, weight, bias, stats, ctx.eps, ctx.needs_input_grad[:3]) + (None,)
+        return _backward.layer_norm(_kernels, dy, x, weight, bias, stats, ctx.eps,
+                                    ctx.needs_input_grad[:3]) + (None, None)
 
 
 class Softmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, upcast):
-        y = _kernels.softmax(x, upcast)
+    def forward(ctx, x, upcast, forms):
+        y = _kernels.softmax(x, upcast, forms)
         ctx.save_for_backward(y)
         ctx.x_dtype = x.dtype
         return y
@@ -45,32 +67,35 @@ class Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _backward.softmax(_kernels, dy, y, ctx.x_dtype), None
+        return _backward.softmax(_kernels, dy, y, ctx.x_dtype), None, None
 
 
 class Gelu(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, tanh_form):
+    def forward(ctx, x, tanh_form, forms):
         ctx.save_for_backward(x)
         ctx.tanh_form = tanh_form
-        return _kernels.gelu(x, tanh_form)
+        return _kernels.gelu(x, tanh_form, forms)
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        return _backward.gelu(_kernels, dy, x, ctx.tanh_form), None
+        return _backward.gelu(_kernels, dy, x, ctx.tanh_form), None, None
 
 
 class Silu(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, forms):
         ctx.save_for_backward(x)
-        return _kernels.silu(x)
+        return _kernels.silu(x, forms)
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        return _backward.silu(_kernels, dy, x)
+        return _backward.silu(_kernels, dy, x), None
+
+
+rms_norm, layer_norm, softmax, gelu, silu = map(direct, (RMSNorm, LayerNorm, Softmax, Gelu, Silu))
 
 
 class Glu(torch.autograd.Function):

@@ -9,7 +9,7 @@ import math
 import torch
 
 from . import _lib
-from ._lib import CALLS, call, check, describe, described, form, lib
+from ._lib import CALLS, call, check, describe, described, described_in, form, lib
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -55,19 +55,23 @@ def rows(x):
 def _row_stats(x, per_row=1):
     """float32 [per_row * rows] on x's device: an rstd per row, or
     LayerNorm's statistics (every row's mean, then every row's rstd)."""
-    return x.new_empty(per_row * rows(x), dtype=torch.float32)
+    return torch.empty(per_row * rows(x), dtype=torch.float32, device=x.device)  # new_empty costs more
 
 
 # Each call's tensors are described through described(): the key names the
 # library function (as CALLS does), the forms of the tensors given to it,
-# and what fixes the shapes of those it makes.
+# and what fixes the shapes of those it makes. A call given forms (the
+# Forms _lib.admit gave for its input tensors, in the order it takes them)
+# keeps its plan there, under the rest of that key.
 
-def rms_norm(x, weight, eps, want_rstd=True):
+def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     """(y, rstd); rstd None unless want_rstd."""
     y = torch.empty_like(x)
     rstd = _row_stats(x) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
-    a = described(("rmsnorm_fwd", form(x), form(weight), want_rstd), (x, weight, y, rstd))
+    tensors = (x, weight, y, rstd)
+    a = described_in(forms, ("rmsnorm_fwd", want_rstd), tensors) if forms else \
+        described(("rmsnorm_fwd", form(x), form(weight), want_rstd), tensors)
     check(call(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3]))
     return y, rstd
 
@@ -88,14 +92,15 @@ def rms_norm_backward(dy, x, weight, rstd, want_dw):
 _STATS_HALVES = {4: 0, 5: 1}
 
 
-def layer_norm(x, weight, bias, eps, want_stats=True):
+def layer_norm(x, weight, bias, eps, want_stats=True, forms=None):
     """(y, stats): stats float32 [2 * rows], every row's mean then every
     row's rstd (one allocation), or None unless want_stats."""
     y = torch.empty_like(x)
     stats = _row_stats(x, 2) if want_stats else None
     CALLS["layernorm_fwd"] += 1
-    a = described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats),
-                  (x, weight, bias, y, stats, stats), _STATS_HALVES)
+    tensors = (x, weight, bias, y, stats, stats)
+    a = described_in(forms, ("layernorm_fwd", want_stats), tensors, _STATS_HALVES) if forms else \
+        described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats), tensors, _STATS_HALVES)
     check(call(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5]))
     return y, stats
 
@@ -117,11 +122,12 @@ def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
     return dx, dw, db
 
 
-def softmax(x, upcast=False):
+def softmax(x, upcast=False, forms=None):
     """softmax(x) in x's dtype, or float32 (upcast, for a 16-bit x)."""
     y = torch.empty_like(x, dtype=torch.float32) if upcast else torch.empty_like(x)
     CALLS["softmax_fwd"] += 1
-    a = described(("softmax_fwd", form(x), upcast), (x, y))
+    a = described_in(forms, ("softmax_fwd", upcast), (x, y)) if forms else \
+        described(("softmax_fwd", form(x), upcast), (x, y))
     check(call(_softmax_fwd, x, a[0], a[1]))
     return y
 
@@ -135,12 +141,12 @@ def softmax_backward(dy, y):
     return dx
 
 
-def _unary(name, fn, x, *args):
+def _unary(name, fn, x, forms, *args):
     """y = fn(x) for an elementwise library function fn(x, *args, y, queue)
     (named name in CALLS)."""
     CALLS[name] += 1
     y = torch.empty_like(x)
-    a = described((name, form(x)), (x, y))
+    a = described_in(forms, name, (x, y)) if forms else described((name, form(x)), (x, y))
     check(call(fn, x, a[0], *args, a[1]))
     return y
 
@@ -155,16 +161,16 @@ def _unary_grad(name, fn, dy, x, *args):
     return dx
 
 
-def gelu(x, tanh_form):
-    return _unary("gelu_fwd", _gelu_fwd, x, tanh_form)
+def gelu(x, tanh_form, forms=None):
+    return _unary("gelu_fwd", _gelu_fwd, x, forms, tanh_form)
 
 
 def gelu_backward(dy, x, tanh_form):
     return _unary_grad("gelu_bwd", _gelu_bwd, dy, x, tanh_form)
 
 
-def silu(x):
-    return _unary("silu_fwd", _silu_fwd, x)
+def silu(x, forms=None):
+    return _unary("silu_fwd", _silu_fwd, x, forms)
 
 
 def silu_backward(dy, x):
@@ -211,11 +217,13 @@ def rope(x, cos, sin, backward=False, strides=None):
     return y
 
 
-def fused_add_rms_norm(x, residual, weight, eps):
+def fused_add_rms_norm(x, residual, weight, eps, forms=None):
     """(rms_norm(x + residual) * weight, x + residual)."""
     y, out = torch.empty_like(x), torch.empty_like(residual)
     CALLS["fused_add_rmsnorm_fwd"] += 1
-    a = described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), (x, residual, weight, y, out))
+    tensors = (x, residual, weight, y, out)
+    a = described_in(forms, "fused_add_rmsnorm_fwd", tensors) if forms else \
+        described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), tensors)
     check(call(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None))
     return y, out
 

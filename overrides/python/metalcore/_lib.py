@@ -446,11 +446,11 @@ _FLOAT_SET = frozenset(FLOATS)
 _available = {}  # device type -> whether metalcore has a backend (fixed for the process, bar fork)
 
 
-def unsupported_one(x):
+def unsupported_one(x, data=True):
     """Why metalcore does not compute a call on x alone, or None when it
     does: a plain tensor (not a subclass), float32/float16/bfloat16, 1 to 32
-    dimensions, on a device with a backend, contiguous and aligned to its
-    elements; and no trace recording the call."""
+    dimensions, on a device with a backend, contiguous and (unless data is
+    False) aligned to its elements; and no trace recording the call."""
     if type(x) not in _PLAIN:
         return "tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
     if _forked:
@@ -473,9 +473,81 @@ def unsupported_one(x):
         return f"no {kind} backend"
     if not x.is_contiguous():
         return "non-contiguous"
-    if not compiled and x.data_ptr() % x.element_size():
+    if data and not compiled and x.data_ptr() % x.element_size():
         return MISALIGNED
     return None
+
+
+class Forms:
+    """What this thread knows of one tuple of tensor forms (admit): why
+    the library refuses tensors of those forms whatever their data (None:
+    it takes them), their element size, and the call plans made for them
+    (described_in), by call."""
+    __slots__ = ("why", "elem", "plans")
+
+    def __init__(self, why, elem):
+        self.why, self.elem, self.plans = why, elem, {}
+
+
+class _FormsSeen(threading.local):
+    def __init__(self):
+        self.entries = {}
+
+
+_forms_seen = _FormsSeen()
+
+
+def admit(first, *others):
+    """(why, forms): why the library does not take a call on first and
+    others (unsupported's answer), or None and the Forms of their forms,
+    which the kernel calls take instead of describing the tensors again.
+    Whatever the forms decide is asked once per forms and thread; each call
+    asks only what its tensors' data and the moment decide (subclasses,
+    alignment, a trace, a fork). Under torch.compile: (unsupported's answer,
+    None)."""
+    if type(first) not in _PLAIN or _forked or compiling():
+        return unsupported(first, *others), None
+    if _is_tracing():
+        return "traced", None
+    key = (first.shape, first.stride(), first.dtype, first.device)
+    for t in others:
+        if t is None:
+            key += (None,)
+        elif type(t) in _PLAIN:
+            key += (t.shape, t.stride(), t.dtype, t.device)
+        else:
+            return unsupported(first, *others), None
+    entries = _forms_seen.entries
+    forms = entries.get(key)
+    if forms is None:
+        if len(entries) >= _MAX_PLANS:
+            entries.clear()
+        forms = entries[key] = Forms(unsupported(first, *others, data=False), first.element_size())
+    if forms.why is not None:
+        return forms.why, None
+    elem = forms.elem
+    if first.data_ptr() % elem:
+        return MISALIGNED, None
+    for t in others:
+        if t is not None and t.data_ptr() % elem:
+            return MISALIGNED, None
+    return None, forms
+
+
+def described_in(forms, call, tensors, halves=None):
+    """described() for a call on admitted tensors: the plan kept in their
+    Forms under call (which must fix what the forms do not: the library
+    function and whatever fixes the shapes of the tensors it makes)."""
+    plan = forms.plans.get(call)
+    if plan is None:
+        if tensors[0].is_mps:
+            return described((call,), tensors, halves)  # described afresh each call
+        plan = forms.plans[call] = _Plan(tensors, halves)
+        return plan.addresses
+    words = plan.words
+    for k, i in plan.slots:
+        words[k] = tensors[i].data_ptr()
+    return plan.addresses
 
 
 def unsupported_any_layout(x):
@@ -487,13 +559,14 @@ def unsupported_any_layout(x):
     return why
 
 
-def unsupported(first, *others):
+def unsupported(first, *others, data=True):
     """unsupported_one(first), and every other tensor (None skipped) plain,
-    of first's dtype and device, contiguous and aligned to its elements."""
-    why = unsupported_one(first)
+    of first's dtype and device, contiguous and (unless data is False)
+    aligned to its elements."""
+    why = unsupported_one(first, data)
     if why is not None or not others:
         return why
-    dtype, device, pointers = first.dtype, first.device, not compiling()
+    dtype, device, pointers = first.dtype, first.device, data and not compiling()
     for t in others:
         if t is None:
             continue

@@ -20,51 +20,53 @@ def _wants_grad(x, weight, bias=None):
                                 (bias is not None and bias.requires_grad))
 
 
-def rms_norm(x, weight, eps):
+# forms: the Forms _lib.admit gave for the input tensors, or None
+
+def rms_norm(x, weight, eps, forms=None):
     if compiling():
         return torch.ops.metalcore.rms_norm(x, weight, eps)[0]
     if _wants_grad(x, weight):
-        return _autograd.RMSNorm.apply(x, weight, eps)
-    return _kernels.rms_norm(x, weight, eps, want_rstd=False)[0]
+        return _autograd.rms_norm(x, weight, eps, forms)
+    return _kernels.rms_norm(x, weight, eps, False, forms)[0]
 
 
-def layer_norm(x, weight, bias, eps):
+def layer_norm(x, weight, bias, eps, forms=None):
     if compiling():
         return torch.ops.metalcore.layer_norm(x, weight, bias, eps)[0]
     if _wants_grad(x, weight, bias):
-        return _autograd.LayerNorm.apply(x, weight, bias, eps)
-    return _kernels.layer_norm(x, weight, bias, eps, want_stats=False)[0]
+        return _autograd.layer_norm(x, weight, bias, eps, forms)
+    return _kernels.layer_norm(x, weight, bias, eps, False, forms)[0]
 
 
-def softmax(x, upcast=False):
+def softmax(x, upcast=False, forms=None):
     if compiling():
         return torch.ops.metalcore.softmax(x, upcast)
     if _grad_enabled() and x.requires_grad:
-        return _autograd.Softmax.apply(x, upcast)
-    return _kernels.softmax(x, upcast)
+        return _autograd.softmax(x, upcast, forms)
+    return _kernels.softmax(x, upcast, forms)
 
 
-def gelu(x, tanh_form):
+def gelu(x, tanh_form, forms=None):
     if compiling():
         return torch.ops.metalcore.gelu(x, tanh_form)
     if _grad_enabled() and x.requires_grad:
-        return _autograd.Gelu.apply(x, tanh_form)
-    return _kernels.gelu(x, tanh_form)
+        return _autograd.gelu(x, tanh_form, forms)
+    return _kernels.gelu(x, tanh_form, forms)
 
 
-def silu(x):
+def silu(x, forms=None):
     if compiling():
         return torch.ops.metalcore.silu(x)
     if _grad_enabled() and x.requires_grad:
-        return _autograd.Silu.apply(x)
-    return _kernels.silu(x)
+        return _autograd.silu(x, forms)
+    return _kernels.silu(x, forms)
 
 
-def fused_add_rms_norm(x, residual, weight, eps):
+def fused_add_rms_norm(x, residual, weight, eps, forms=None):
     """(y, x + residual); not differentiable."""
     if compiling():
         return tuple(torch.ops.metalcore.fused_add_rms_norm(x, residual, weight, eps))
-    return _kernels.fused_add_rms_norm(x, residual, weight, eps)
+    return _kernels.fused_add_rms_norm(x, residual, weight, eps, forms)
 
 
 def qr(a, mode):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _lib, _ops, linalg
-from .functional import (gelu_refused, last_dim_only, norm_refused, normalized, softmax_refused, upcasts,
+from .functional import (admit_gelu, admit_norm, admit_softmax, last_dim_only, normalized, upcasts,
                          weights_misfit)
 
 # Where each op is on by default: a device type (every dtype) or
@@ -85,25 +85,31 @@ def _last_dim(input, normalized_shape):
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     eps_ = torch.finfo(input.dtype).eps if eps is None and isinstance(input, torch.Tensor) else eps
-    why = (_off("rms_norm", input) or _last_dim(input, normalized_shape) or norm_refused(input, eps_, weight) or
-           weights_misfit(input, weight))
+    why = _off("rms_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
-        return _ops.rms_norm(input, weight, float(eps_))
+        why, forms = admit_norm(input, eps_, weight)
+        why = why or weights_misfit(input, weight)
+        if why is None:
+            return _ops.rms_norm(input, weight, float(eps_), forms)
     return _fall_back("rms_norm", why, input, normalized_shape, weight, eps)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    why = (_off("layer_norm", input) or _last_dim(input, normalized_shape) or
-           norm_refused(input, eps, weight, bias) or weights_misfit(input, weight, bias))
+    why = _off("layer_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
-        return _ops.layer_norm(input, weight, bias, float(eps))
+        why, forms = admit_norm(input, eps, weight, bias)
+        why = why or weights_misfit(input, weight, bias)
+        if why is None:
+            return _ops.layer_norm(input, weight, bias, float(eps), forms)
     return _fall_back("layer_norm", why, input, normalized_shape, weight, bias, eps)
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
-    why = _off("softmax", input) or softmax_refused(input, dim, dtype)
+    why = _off("softmax", input)
     if why is None:
-        return _ops.softmax(input, upcasts(input, dtype))
+        why, forms = admit_softmax(input, dim, dtype)
+        if why is None:
+            return _ops.softmax(input, upcasts(input, dtype), forms)
     return _fall_back("softmax", why, input, dim, _stacklevel, dtype)
 
 
@@ -112,9 +118,11 @@ def _dim_softmax(target):
     dtype=None), falling back to target's original; named target, as
     pickle finds it in this module."""
     def softmax(input, dim, dtype=None):
-        why = _off("softmax", input) or softmax_refused(input, dim, dtype)
+        why = _off("softmax", input)
         if why is None:
-            return _ops.softmax(input, upcasts(input, dtype))
+            why, forms = admit_softmax(input, dim, dtype)
+            if why is None:
+                return _ops.softmax(input, upcasts(input, dtype), forms)
         return _fall_back(target, why, input, dim, dtype=dtype)
     softmax.__qualname__ = target
     return softmax
@@ -124,18 +132,22 @@ torch_softmax, tensor_softmax = _dim_softmax("torch_softmax"), _dim_softmax("ten
 
 
 def gelu(input, approximate="none"):
-    why = _off("gelu", input) or gelu_refused(input, approximate)
+    why = _off("gelu", input)
     if why is None:
-        return _ops.gelu(input, approximate == "tanh")
+        why, forms = admit_gelu(input, approximate)
+        if why is None:
+            return _ops.gelu(input, approximate == "tanh", forms)
     if approximate != "none":
         return _fall_back("gelu", why, input, approximate=approximate)
     return _fall_back("gelu", why, input)
 
 
 def silu(input, inplace=False):
-    why = _off("silu", input) or ("inplace=True" if inplace else None) or _lib.unsupported_one(input)
+    why = _off("silu", input) or ("inplace=True" if inplace else None)
     if why is None:
-        return _ops.silu(input)
+        why, forms = _lib.admit(input)
+        if why is None:
+            return _ops.silu(input, forms)
     return _fall_back("silu", why, input, inplace=inplace)
 
 

@@ -44,11 +44,13 @@ def _refuse(what, why):
                      "PyTorch overrides fall back to PyTorch for other inputs)")
 
 
-def norm_refused(x, eps, *params):
-    """Why a norm over x's last dimension with these weight/bias tensors
-    and eps is not the library's, or None (a weight of the wrong shape is
-    the library's to refuse, saying so)."""
-    return _lib.unsupported(x, *params) or _lib.eps_refused(eps)
+def admit_norm(x, eps, *params):
+    """(why, forms): why a norm over x's last dimension with these tensors
+    (weight, bias or residual, in the kernel call's order) and eps is not
+    the library's, or None and _lib.admit's Forms (a weight of the wrong
+    shape is the library's to refuse, saying so)."""
+    why, forms = _lib.admit(x, *params)
+    return why or _lib.eps_refused(eps), forms
 
 
 def weights_misfit(x, *params):
@@ -62,9 +64,9 @@ def weights_misfit(x, *params):
 
 def rms_norm(x, weight=None, eps=1e-6):
     """x / sqrt(mean(x^2, -1) + eps) * weight, differentiable."""
-    why = norm_refused(x, eps, weight)
+    why, forms = admit_norm(x, eps, weight)
     if why is None:
-        return _ops.rms_norm(x, weight, float(eps))
+        return _ops.rms_norm(x, weight, float(eps), forms)
     if _dist.is_dtensor(x):
         return sharded("rms_norm", x, (weight,), True, lambda t, w: rms_norm(t, w, eps),
                        lambda: _backward.torch_rms_norm(x, weight, eps))
@@ -75,11 +77,11 @@ def rms_norm(x, weight=None, eps=1e-6):
 def fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
     """Returns (rms_norm(x + residual) * weight, x + residual) in one pass
     (inference: not differentiable)."""
-    why = norm_refused(x, eps, weight, residual)
+    why, forms = admit_norm(x, eps, residual, weight)
     if why is None and residual.shape != x.shape:
         why = f"residual of shape {list(residual.shape)} for x of shape {list(x.shape)}"
     if why is None:
-        return _ops.fused_add_rms_norm(x, residual, weight, float(eps))
+        return _ops.fused_add_rms_norm(x, residual, weight, float(eps), forms)
     if not _dist.is_dtensor(x):  # a DTensor's sum is PyTorch's, its norm rms_norm's
         _refuse("fused_add_rms_norm", why)
     out = x + residual
@@ -104,9 +106,9 @@ def layer_norm(x, *args, **kwargs):
 
 
 def _layer_norm(x, weight=None, bias=None, eps=1e-5):
-    why = norm_refused(x, eps, weight, bias)
+    why, forms = admit_norm(x, eps, weight, bias)
     if why is None:
-        return _ops.layer_norm(x, weight, bias, float(eps))
+        return _ops.layer_norm(x, weight, bias, float(eps), forms)
     if _dist.is_dtensor(x):
         return sharded("layer_norm", x, (weight, bias), True, lambda t, w, b: _layer_norm(t, w, b, eps),
                        lambda: _backward.torch_layer_norm(x, x.shape[-1:], weight, bias, eps))
@@ -130,24 +132,24 @@ def upcasts(x, dtype):
     return dtype == torch.float32 and isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
 
 
-def softmax_refused(x, dim, dtype):
-    """Why softmax(x, dim, dtype=dtype) is not the library's, or None: a
-    dtype= other than the input's (or float32 of a 16-bit input), or a dim
-    other than the last."""
-    why = _lib.unsupported_one(x)
+def admit_softmax(x, dim, dtype):
+    """(why, forms): why softmax(x, dim, dtype=dtype) is not the library's
+    (a dtype= other than the input's or float32 of a 16-bit input, a dim
+    other than the last), or None and _lib.admit's Forms."""
+    why, forms = _lib.admit(x)
     if why is None and dtype is not None and dtype != x.dtype and not upcasts(x, dtype):
         why = f"dtype={str(dtype)[6:]} on {str(x.dtype)[6:]} input"
     if why is None and dim != -1 and (dim is None or dim != x.dim() - 1):
         why = "dim other than the last"
-    return why
+    return why, forms
 
 
 def softmax(x, dim=-1, dtype=None):
     """Softmax over the last dimension, differentiable; dtype: None (x's),
     x's, or float32 for a 16-bit x (computed, not cast afterwards)."""
-    why = softmax_refused(x, dim, dtype)
+    why, forms = admit_softmax(x, dim, dtype)
     if why is None:
-        return _ops.softmax(x, upcasts(x, dtype))
+        return _ops.softmax(x, upcasts(x, dtype), forms)
     if _dist.is_dtensor(x):
         def theirs():
             return _backward.torch_softmax(x, dim, dtype=dtype)
@@ -159,18 +161,19 @@ def softmax(x, dim=-1, dtype=None):
     return _backward.torch_softmax(x, dim, dtype=dtype)
 
 
-def gelu_refused(x, approximate):
-    why = _lib.unsupported_one(x)
+def admit_gelu(x, approximate):
+    """(why, forms), as admit_softmax."""
+    why, forms = _lib.admit(x)
     if why is None and approximate not in ("none", "tanh"):
         why = f"approximate={approximate!r} (metalcore has 'none' and 'tanh')"
-    return why
+    return why, forms
 
 
 def gelu(x, approximate="none"):
     """GELU ('none': erf, 'tanh'), differentiable."""
-    why = gelu_refused(x, approximate)
+    why, forms = admit_gelu(x, approximate)
     if why is None:
-        return _ops.gelu(x, approximate == "tanh")
+        return _ops.gelu(x, approximate == "tanh", forms)
     if _dist.is_dtensor(x):
         return sharded("gelu", x, (), False, lambda t: gelu(t, approximate),
                        lambda: _backward.torch_gelu(x, approximate=approximate))
@@ -180,9 +183,9 @@ def gelu(x, approximate="none"):
 
 def silu(x):
     """SiLU, differentiable."""
-    why = _lib.unsupported_one(x)
+    why, forms = _lib.admit(x)
     if why is None:
-        return _ops.silu(x)
+        return _ops.silu(x, forms)
     if _dist.is_dtensor(x):
         return sharded("silu", x, (), False, silu, lambda: _backward.torch_silu(x))
     _refuse("silu", why)

@@ -8,7 +8,7 @@ from typing import List, Optional
 import torch
 
 from . import _backward, _dist, _lib, _ops, functional
-from .functional import gelu_refused, last_dim_only, norm_refused, normalized, softmax_refused
+from .functional import admit_gelu, admit_norm, admit_softmax, last_dim_only, normalized
 
 
 def _eps(eps, x):
@@ -66,8 +66,9 @@ class RMSNorm(torch.nn.Module):
     def forward(self, x):
         eps, weight = _eps(self.eps, x), self.weight
         if last_dim_only(x, self.normalized_shape):
-            if norm_refused(x, eps, weight) is None:
-                return _ops.rms_norm(x, weight, float(eps))
+            why, forms = admit_norm(x, eps, weight)
+            if why is None:
+                return _ops.rms_norm(x, weight, float(eps), forms)
             if _dist.is_dtensor(x):  # each shard's, where that is exact
                 return functional.rms_norm(x, weight, eps)
         return _backward.torch_rms_norm(x, weight, eps, tuple(range(-len(self.normalized_shape), 0)))
@@ -94,8 +95,9 @@ class LayerNorm(torch.nn.LayerNorm):
     def forward(self, x):
         weight, bias = self.weight, self.bias  # each a Module.__getattr__
         if last_dim_only(x, self.normalized_shape):
-            if norm_refused(x, self.eps, weight, bias) is None:
-                return _ops.layer_norm(x, weight, bias, float(self.eps))
+            why, forms = admit_norm(x, self.eps, weight, bias)
+            if why is None:
+                return _ops.layer_norm(x, weight, bias, float(self.eps), forms)
             if _dist.is_dtensor(x):
                 return functional.layer_norm(x, weight, bias, self.eps)
         return super().forward(x)
@@ -116,10 +118,11 @@ class FusedAddRMSNorm(RMSNorm):
     wanted, the sum and the norm are PyTorch's and metalcore's own ops."""
 
     def forward(self, x, residual):
-        eps = _eps(self.eps, x)
-        if (not _ops._wants_grad(x, residual, self.weight) and last_dim_only(x, self.normalized_shape) and
-                norm_refused(x, eps, self.weight, residual) is None and residual.shape == x.shape):
-            return _ops.fused_add_rms_norm(x, residual, self.weight, float(eps))
+        eps, weight = _eps(self.eps, x), self.weight
+        if not _ops._wants_grad(x, residual, weight) and last_dim_only(x, self.normalized_shape):
+            why, forms = admit_norm(x, eps, residual, weight)
+            if why is None and residual.shape == x.shape:
+                return _ops.fused_add_rms_norm(x, residual, weight, float(eps), forms)
         total = x + residual
         return super().forward(total), total
 
@@ -132,8 +135,9 @@ class SiLU(torch.nn.SiLU):
 
     def forward(self, x):
         if not self.inplace:
-            if _lib.unsupported_one(x) is None:
-                return _ops.silu(x)
+            why, forms = _lib.admit(x)
+            if why is None:
+                return _ops.silu(x, forms)
             if _dist.is_dtensor(x):
                 return functional.silu(x)
         return super().forward(x)
@@ -146,8 +150,9 @@ class GELU(torch.nn.GELU):
     """torch.nn.GELU (approximate='none' or 'tanh') with metalcore's kernels."""
 
     def forward(self, x):
-        if gelu_refused(x, self.approximate) is None:
-            return _ops.gelu(x, self.approximate == "tanh")
+        why, forms = admit_gelu(x, self.approximate)
+        if why is None:
+            return _ops.gelu(x, self.approximate == "tanh", forms)
         if _dist.is_dtensor(x):
             return functional.gelu(x, self.approximate)
         return super().forward(x)
@@ -160,8 +165,9 @@ class Softmax(torch.nn.Softmax):
     """torch.nn.Softmax with metalcore's kernels over the last dimension."""
 
     def forward(self, x):
-        if softmax_refused(x, self.dim, None) is None:
-            return _ops.softmax(x)
+        why, forms = admit_softmax(x, self.dim, None)
+        if why is None:
+            return _ops.softmax(x, False, forms)
         if _dist.is_dtensor(x):
             return functional.softmax(x, self.dim)
         return super().forward(x)
