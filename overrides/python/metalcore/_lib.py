@@ -421,9 +421,14 @@ _is_tracing = torch.jit.is_tracing if hasattr(torch, "compile") else torch._C._i
 _onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
 
 
-# The reasons recording() gives: PyTorch's op runs instead, even where a
-# direct metalcore function would refuse the input.
-PYTORCH_RUNS = ("traced", "forked child")
+# functorch's transforms (vmap, grad, ...) hand ops wrapper tensors without
+# data pointers: PyTorch's op runs under them.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+TRANSFORMED = "under a functorch transform"
+
+# The reasons recording() and a functorch transform give: PyTorch's op runs
+# instead, even where a direct metalcore function would refuse the input.
+PYTORCH_RUNS = ("traced", "forked child", TRANSFORMED)
 
 
 def recording():
@@ -458,6 +463,8 @@ def unsupported_one(x, data=True):
     compiled = compiling()  # asked once: it is a Python call on PyTorch 2
     if (_onnx_export() if compiled else _is_tracing()):
         return "traced"
+    if _transforms_active():
+        return TRANSFORMED
     if x.dtype not in _FLOAT_SET:
         return f"dtype {str(x.dtype)[6:]}"
     n = x.dim()
@@ -509,6 +516,8 @@ def admit(first, *others):
         return unsupported(first, *others), None
     if _is_tracing():
         return "traced", None
+    if _transforms_active():
+        return TRANSFORMED, None
     key = (first.shape, first.stride(), first.dtype, first.device)
     for t in others:
         if t is None:

@@ -346,6 +346,34 @@ def test_adamw_negative_lr_and_huge_step_counts_as_pytorch():
     assert float(opt.state[ours[0]]["step"]) == float(ref_opt.state[ref[0]]["step"])
 
 
+def test_checks_kept_per_form_leave_each_call_its_own():
+    """What a tuple of input forms decides is asked once; each call still
+    asks what its own tensors' data and type decide, and a tensor whose form
+    changed in place is described anew."""
+    buf = bytearray(4 * 64 + 8)
+    aligned = torch.frombuffer(buf, dtype=torch.float32, offset=0, count=64).view(8, 8)
+    mis = _misaligned(64).view(8, 8)
+    aligned.copy_(torch.randn(8, 8))
+    mis.copy_(aligned)
+    torch.testing.assert_close(metalcore.silu(aligned), F.silu(aligned))
+    with pytest.raises(ValueError, match="aligned"):
+        metalcore.silu(mis)
+    torch.testing.assert_close(metalcore.softmax(aligned), F.softmax(aligned, -1))  # the same forms, after a refusal
+
+    class Sub(torch.Tensor):
+        pass
+
+    with pytest.raises(ValueError, match="subclass"):
+        metalcore.silu(aligned.as_subclass(Sub))
+    x, w = torch.randn(4, 8), torch.randn(8)
+    torch.testing.assert_close(metalcore.rms_norm(x, w), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+    with pytest.raises(ValueError, match="mixed dtypes"):
+        metalcore.rms_norm(x, w.half())
+    x.resize_(2, 8).copy_(torch.randn(2, 8))  # the same tensor, another form
+    torch.testing.assert_close(metalcore.layer_norm(x, w, None), F.layer_norm(x, (8,), w))
+    torch.testing.assert_close(metalcore.silu(x), F.silu(x))
+
+
 # ---- 7, 8. overrides across threads and beside other wrappers ------------------------
 
 def test_blocks_on_two_threads_ending_out_of_order(restore_overrides):

@@ -57,6 +57,21 @@ def test_double_backward_through_patched_functions(device):
         torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4)
 
 
+# ---- functorch transforms ---------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(torch, "func"), reason="torch.func (functorch's transforms) is PyTorch 2's")
+def test_functorch_transforms_compute_with_pytorch():
+    x = torch.randn(3, 4, 8)
+    w = torch.randn(8)
+    cases = [(metalcore.silu, F.silu), (metalcore.softmax, lambda t: F.softmax(t, -1)),
+             (lambda t: metalcore.rms_norm(t, w), lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w),
+             (lambda t: metalcore.layer_norm(t, w, None), lambda t: F.layer_norm(t, (8,), w))]
+    for ours, theirs in cases:
+        torch.testing.assert_close(torch.func.vmap(ours)(x), torch.func.vmap(theirs)(x))
+        torch.testing.assert_close(torch.func.grad(lambda t: ours(t).square().sum())(x),
+                                   torch.func.grad(lambda t: theirs(t).square().sum())(x))
+
+
 # ---- fork ---------------------------------------------------------------------
 
 def test_forked_child_computes_with_pytorch():
