@@ -128,21 +128,24 @@ def layer_rows(device):
     xg = x.clone().requires_grad_()
     w = torch.randn(64, device=device, dtype=dtype, requires_grad=True)
     y = torch.empty_like(x)
-    held = [ctypes.create_string_buffer(_lib.SLOT_BYTES) for _ in range(2)]
+    held = [ctypes.create_string_buffer(_lib.SLOT_BYTES) for _ in range(2)]  # alive while the rows run
     for h, t in zip(held, (x, y)):
         _lib.pack_into(h, 0, ctypes.addressof(h), t)
     xa, ya = (ctypes.addressof(h) for h in held)
     queue = _lib.encoder(x)
-    key = ("silu_fwd", _lib.form(x))
+    _, forms = _lib.admit(x)
+
+    def prebuilt(held=held):
+        _lib.check(_lib.lib.mc_silu_fwd(xa, ya, queue))
     return [
         ("metalcore.silu (public function)", lambda: metalcore.silu(x)),
-        ("  checks: _lib.unsupported", lambda: _lib.unsupported(x)),
-        ("  _ops.silu (no checks)", lambda: _ops.silu(x)),
-        ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x)),
+        ("  checks: _lib.admit", lambda: _lib.admit(x)),
+        ("  _ops.silu (no checks)", lambda: _ops.silu(x, forms)),
+        ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x, forms)),
         ("    torch.empty_like", lambda: torch.empty_like(x)),
-        ("    describe x and y (their form, the block kept for it)", lambda: _lib.described(key, (x, y))),
+        ("    describe x and y (the block kept in their Forms)", lambda: _lib.described_in(forms, "silu_fwd", (x, y))),
         ("    the stream or encoder", lambda: _lib.encoder(x)),
-        ("    mc_silu_fwd, descriptors made beforehand", lambda: _lib.lib.mc_silu_fwd(xa, ya, queue)),
+        ("    mc_silu_fwd, descriptors made beforehand", prebuilt),
         ("metalcore.rms_norm, weight requires grad", lambda: metalcore.rms_norm(x, w)),
         ("  the autograd Function alone", lambda: _ops.rms_norm(x, w, 1e-6)),
         ("metalcore.silu, input requires grad", lambda: metalcore.silu(xg)),
