@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, "overrides/python")
 import metalcore  # noqa: E402
-from metalcore import _lib, linalg  # noqa: E402
+from metalcore import _kernels, _lib  # noqa: E402
 from report import Report  # noqa: E402  (the scripts' shared table)
 
 # (batch, m, n, mode)
@@ -93,7 +93,10 @@ def main():
         fl = flops(b, m, n, mode)
         t_mc = best_ms(lambda: metalcore.linalg.qr(a, mode))
         t_th = best_ms(lambda: torch.linalg.qr(a, mode))
-        t_mc_out = best_ms(lambda: _lib.call("qr", a, linalg._MODES[mode], q, r, None, None))
+        code = _kernels.QR_MODES[mode]
+        ws = _kernels._workspace(_lib.lib.mc_qr_workspace_size, a, code)
+        d = [_lib.describe(t, i) for i, t in enumerate((a, q if mode != "r" else None, r, ws))]
+        t_mc_out = best_ms(lambda: _lib.run(_lib.lib.mc_qr, a, d[0], code, d[1], d[2], d[3]))
         t_th_out = best_ms(lambda: torch.linalg.qr(a, mode, out=(q, r)))
         emit(f"| {b}×{m}×{n} | {mode} | {t_mc:.1f} | {fl / t_mc / 1e6:.1f} | {t_th:.1f} | {fl / t_th / 1e6:.1f} | "
              f"{t_th / t_mc:.2f}× | {t_mc_out:.1f} | {t_th_out:.1f} | {t_th_out / t_mc_out:.2f}× |")

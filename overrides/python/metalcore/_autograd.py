@@ -6,22 +6,16 @@ import torch
 from . import _backward, _kernels
 
 # PyTorch 2 puts a Python layer over a Function's apply (for functorch's
-# transforms) that costs a few microseconds a call; outside a transform it
-# only hands the arguments to the C apply, which direct() calls itself.
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+# transforms) that costs a few microseconds a call; the callers here have
+# refused calls under a transform (_lib.admit), so the C apply under it is
+# called straight (PyTorch 1.13's apply is that C apply).
 _c_apply = torch._C._FunctionBase.__dict__["apply"]
 
 
 def direct(cls):
-    """cls.apply, calling PyTorch's C apply straight where no functorch
-    transform is active (everywhere on PyTorch 1.13, whose apply is that)."""
-    if _transforms_active is None:
-        return cls.apply
-    c_apply, python_apply = _c_apply.__get__(None, cls), cls.apply
-
-    def apply(*args):
-        return python_apply(*args) if _transforms_active() else c_apply(*args)
-    return apply
+    """cls.apply without PyTorch 2's Python layer, for callers that have
+    refused calls under a functorch transform."""
+    return _c_apply.__get__(None, cls)
 
 
 # The norms' and activations' forwards take the Forms of their input

@@ -9,7 +9,7 @@ import math
 import torch
 
 from . import _lib
-from ._lib import CALLS, call, check, describe, described, described_in, form, lib
+from ._lib import CALLS, check, describe, described, described_in, form, lib, run
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -72,7 +72,7 @@ def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     tensors = (x, weight, y, rstd)
     a = described_in(forms, ("rmsnorm_fwd", want_rstd), tensors) if forms else \
         described(("rmsnorm_fwd", form(x), form(weight), want_rstd), tensors)
-    check(call(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3]))
+    run(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3])
     return y, rstd
 
 
@@ -85,7 +85,7 @@ def rms_norm_backward(dy, x, weight, rstd, want_dw):
     CALLS["rmsnorm_bwd"] += 1
     a = described(("rmsnorm_bwd", form(dy), form(x), form(weight), form(rstd), form(ws), want_dw),
                   (dy, x, weight, rstd, dx, dw, ws))
-    check(call(_rmsnorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6]))
+    run(_rmsnorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6])
     return dx, dw
 
 
@@ -101,7 +101,7 @@ def layer_norm(x, weight, bias, eps, want_stats=True, forms=None):
     tensors = (x, weight, bias, y, stats, stats)
     a = described_in(forms, ("layernorm_fwd", want_stats), tensors, _STATS_HALVES) if forms else \
         described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats), tensors, _STATS_HALVES)
-    check(call(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5]))
+    run(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5])
     return y, stats
 
 
@@ -118,7 +118,7 @@ def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
     CALLS["layernorm_bwd"] += 1
     a = described(("layernorm_bwd", form(dy), form(x), form(weight), form(stats), form(ws), want_dw, want_db),
                   (dy, x, weight, stats, stats, dx, dw, db, ws), _BACKWARD_STATS_HALVES)
-    check(call(_layernorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]))
+    run(_layernorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
     return dx, dw, db
 
 
@@ -128,7 +128,7 @@ def softmax(x, upcast=False, forms=None):
     CALLS["softmax_fwd"] += 1
     a = described_in(forms, ("softmax_fwd", upcast), (x, y)) if forms else \
         described(("softmax_fwd", form(x), upcast), (x, y))
-    check(call(_softmax_fwd, x, a[0], a[1]))
+    run(_softmax_fwd, x, a[0], a[1])
     return y
 
 
@@ -137,7 +137,7 @@ def softmax_backward(dy, y):
     dx = torch.empty_like(y)
     CALLS["softmax_bwd"] += 1
     a = described(("softmax_bwd", form(dy), form(y)), (dy, y, dx))
-    check(call(_softmax_bwd, y, a[0], a[1], a[2]))
+    run(_softmax_bwd, y, a[0], a[1], a[2])
     return dx
 
 
@@ -147,7 +147,7 @@ def _unary(name, fn, x, forms, *args):
     CALLS[name] += 1
     y = torch.empty_like(x)
     a = described_in(forms, name, (x, y)) if forms else described((name, form(x)), (x, y))
-    check(call(fn, x, a[0], *args, a[1]))
+    run(fn, x, a[0], *args, a[1])
     return y
 
 
@@ -157,7 +157,7 @@ def _unary_grad(name, fn, dy, x, *args):
     dy = dy.contiguous()
     dx = torch.empty_like(x)
     a = described((name, form(dy), form(x)), (dy, x, dx))
-    check(call(fn, x, a[0], a[1], *args, a[2]))
+    run(fn, x, a[0], a[1], *args, a[2])
     return dx
 
 
@@ -185,7 +185,7 @@ def glu(gate, up, kind):
     y = torch.empty_like(gate)
     CALLS["glu_fwd"] += 1
     a = described(("glu_fwd", form(gate), form(up)), (gate, up, y))
-    check(call(_glu_fwd, gate, a[0], a[1], kind, a[2]))
+    run(_glu_fwd, gate, a[0], a[1], kind, a[2])
     return y
 
 
@@ -195,7 +195,7 @@ def glu_backward(dy, gate, up, kind):
     dg, du = torch.empty_like(gate), torch.empty_like(up)
     CALLS["glu_bwd"] += 1
     a = described(("glu_bwd", form(dy), form(gate), form(up)), (dy, gate, up, dg, du))
-    check(call(_glu_bwd, gate, a[0], a[1], a[2], kind, a[3], a[4]))
+    run(_glu_bwd, gate, a[0], a[1], a[2], kind, a[3], a[4])
     return dg, du
 
 
@@ -213,7 +213,7 @@ def rope(x, cos, sin, backward=False, strides=None):
         y = x.new_empty_strided(x.shape, strides)
     CALLS["rope"] += 1
     a = described(("rope", form(x), form(cos), form(sin), strides), (x, cos, sin, y))  # y's layout: x's, or strides
-    check(call(_rope, x, a[0], a[1], a[2], int(backward), a[3]))
+    run(_rope, x, a[0], a[1], a[2], int(backward), a[3])
     return y
 
 
@@ -224,7 +224,7 @@ def fused_add_rms_norm(x, residual, weight, eps, forms=None):
     tensors = (x, residual, weight, y, out)
     a = described_in(forms, "fused_add_rmsnorm_fwd", tensors) if forms else \
         described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), tensors)
-    check(call(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None))
+    run(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None)
     return y, out
 
 
@@ -237,7 +237,7 @@ def cross_entropy(logits, target, ignore_index, smoothing, scale, grad=None):
     CALLS["cross_entropy"] += 1
     a = described(("cross_entropy", form(logits), form(target), form(scale), form(grad)),
                   (logits, target, scale, loss, grad))
-    check(call(_cross_entropy, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3], a[4]))
+    run(_cross_entropy, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3], a[4])
     return loss
 
 
@@ -247,7 +247,7 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     loss, lse = (logits.new_empty(rows(logits), dtype=torch.float32) for _ in range(2))
     CALLS["cross_entropy_fwd"] += 1
     a = described(("cross_entropy_fwd", form(logits), form(target)), (logits, target, loss, lse))
-    check(call(_cross_entropy_fwd, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3]))
+    run(_cross_entropy_fwd, logits, a[0], a[1], ignore_index, smoothing, a[2], a[3])
     return loss, lse
 
 
@@ -258,7 +258,7 @@ def cross_entropy_backward(logits, target, lse, ignore_index, smoothing, scale):
     CALLS["cross_entropy_bwd"] += 1
     a = described(("cross_entropy_bwd", form(logits), form(target), form(lse), form(scale)),
                   (logits, target, lse, scale, grad))
-    check(call(_cross_entropy_bwd, logits, a[0], a[1], a[2], ignore_index, smoothing, a[3], a[4]))
+    run(_cross_entropy_bwd, logits, a[0], a[1], a[2], ignore_index, smoothing, a[3], a[4])
     return grad
 
 
@@ -267,7 +267,7 @@ def scale_gradient(grad, scale):
     there) in place; nothing is written where it is 1."""
     CALLS["loss_grad_scale"] += 1
     a = described(("loss_grad_scale", form(grad), form(scale)), (grad, scale))
-    check(call(_loss_grad_scale, grad, a[0], a[1]))
+    run(_loss_grad_scale, grad, a[0], a[1])
 
 
 def linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, scale, chunk, want):
@@ -309,7 +309,7 @@ def cholesky(a, upper):
     l, info = torch.empty_like(a), a.new_empty(a.shape[:-2], dtype=torch.int32)
     CALLS["cholesky"] += 1
     args = described(("cholesky", form(a)), (a, l, info))
-    check(call(_cholesky, a, args[0], int(upper), args[1], args[2]))
+    run(_cholesky, a, args[0], int(upper), args[1], args[2])
     return l, info
 
 
@@ -320,7 +320,7 @@ def solve(a, b):
     x, info = torch.empty_like(b), a.new_empty(a.shape[:-2], dtype=torch.int32)
     CALLS["solve"] += 1
     args = described(("solve", form(a), form(b)), (a, b, x, info))
-    check(call(_solve, a, args[0], args[1], args[2], args[3]))
+    run(_solve, a, args[0], args[1], args[2], args[3])
     return x, info
 
 
@@ -350,7 +350,7 @@ def qr(a, mode):
     ws = _workspace(_qr_workspace, a, code)
     CALLS["qr"] += 1
     d = described(("qr", form(a), code, form(ws)), (a, q, r, ws))
-    check(call(_qr, a, d[0], code, d[1], d[2], d[3]))
+    run(_qr, a, d[0], code, d[1], d[2], d[3])
     return (q if q is not None else a.new_empty(0)), r
 
 
@@ -393,16 +393,16 @@ def adamw_step(tables, n, config, grad_scale, found_inf, on):
     skipping everything where found_inf is set (one-element float32 tensors
     on the tensors' device, or None); on is a tensor of that device."""
     CALLS["adamw_step_scaled"] += 1
-    check(call(lib.mc_adamw_step_scaled, on, ctypes.addressof(config), n, *_addresses(tables),
-               describe(grad_scale, 0), describe(found_inf, 1)))
+    run(lib.mc_adamw_step_scaled, on, ctypes.addressof(config), n, *_addresses(tables),
+        describe(grad_scale, 0), describe(found_inf, 1))
 
 
 def adamw_step_capturable(tables, n, config, grad_scale, found_inf, steps, lr, on):
     """adamw_step reading each tensor's step number (steps, float32 [n]) and
     optionally the lr (a one-element float32 tensor) on the device."""
     CALLS["adamw_step_capturable"] += 1
-    check(call(lib.mc_adamw_step_capturable, on, ctypes.addressof(config), n, *_addresses(tables),
-               describe(grad_scale, 0), describe(found_inf, 1), describe(steps, 2), describe(lr, 3)))
+    run(lib.mc_adamw_step_capturable, on, ctypes.addressof(config), n, *_addresses(tables),
+        describe(grad_scale, 0), describe(found_inf, 1), describe(steps, 2), describe(lr, 3))
 
 
 def _addresses(tables):

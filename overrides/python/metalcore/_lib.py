@@ -239,16 +239,20 @@ def encoder(t):
     return None
 
 
-def call(fn, t, *args):
-    """fn(*args, encoder) for t's device: the library call's status. An MPS
-    call runs on PyTorch's stream queue with its current compute encoder
-    (see _mps). (encoder's tests inline: this is every call's path.)"""
+def run(fn, t, *args):
+    """fn(*args, encoder) for t's device, raising for a status other than
+    MC_OK (fail). An MPS call runs on PyTorch's stream queue with its
+    current compute encoder (see _mps). (encoder's and check's tests
+    inline: this is every call's path.)"""
     if t.is_cuda:
-        return fn(*args, _raw_stream(t.get_device()) if _raw_stream is not None else
-                  torch.cuda.current_stream(t.device).cuda_stream)
-    if t.is_mps:
-        return _mps_route()[0].run(fn, args)
-    return fn(*args, None)
+        status = fn(*args, _raw_stream(t.get_device()) if _raw_stream is not None else
+                    torch.cuda.current_stream(t.device).cuda_stream)
+    elif t.is_mps:
+        status = _mps_route()[0].run(fn, args)
+    else:
+        status = fn(*args, None)
+    if status:
+        fail(status)
 
 
 # ---- calling the library --------------------------------------------------------------
@@ -419,6 +423,7 @@ if compiling is None:
 # former; before it, the latter saves two Python calls.)
 _is_tracing = torch.jit.is_tracing if hasattr(torch, "compile") else torch._C._is_tracing
 _onnx_export = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
+_c_is_tracing = torch._C._is_tracing
 
 
 # functorch's transforms (vmap, grad, ...) hand ops wrapper tensors without
@@ -514,7 +519,7 @@ def admit(first, *others):
     None)."""
     if type(first) not in _PLAIN or _forked or compiling():
         return unsupported(first, *others), None
-    if _is_tracing():
+    if _c_is_tracing():  # (not compiling: the C question, cheaper than torch.jit's)
         return "traced", None
     if _transforms_active():
         return TRANSFORMED, None

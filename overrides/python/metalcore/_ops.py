@@ -20,10 +20,11 @@ def _wants_grad(x, weight, bias=None):
                                 (bias is not None and bias.requires_grad))
 
 
-# forms: the Forms _lib.admit gave for the input tensors, or None
+# forms: the Forms _lib.admit gave for the input tensors (never under
+# torch.compile), or None
 
 def rms_norm(x, weight, eps, forms=None):
-    if compiling():
+    if forms is None and compiling():
         return torch.ops.metalcore.rms_norm(x, weight, eps)[0]
     if _wants_grad(x, weight):
         return _autograd.rms_norm(x, weight, eps, forms)
@@ -31,7 +32,7 @@ def rms_norm(x, weight, eps, forms=None):
 
 
 def layer_norm(x, weight, bias, eps, forms=None):
-    if compiling():
+    if forms is None and compiling():
         return torch.ops.metalcore.layer_norm(x, weight, bias, eps)[0]
     if _wants_grad(x, weight, bias):
         return _autograd.layer_norm(x, weight, bias, eps, forms)
@@ -39,7 +40,7 @@ def layer_norm(x, weight, bias, eps, forms=None):
 
 
 def softmax(x, upcast=False, forms=None):
-    if compiling():
+    if forms is None and compiling():
         return torch.ops.metalcore.softmax(x, upcast)
     if _grad_enabled() and x.requires_grad:
         return _autograd.softmax(x, upcast, forms)
@@ -47,7 +48,7 @@ def softmax(x, upcast=False, forms=None):
 
 
 def gelu(x, tanh_form, forms=None):
-    if compiling():
+    if forms is None and compiling():
         return torch.ops.metalcore.gelu(x, tanh_form)
     if _grad_enabled() and x.requires_grad:
         return _autograd.gelu(x, tanh_form, forms)
@@ -55,7 +56,7 @@ def gelu(x, tanh_form, forms=None):
 
 
 def silu(x, forms=None):
-    if compiling():
+    if forms is None and compiling():
         return torch.ops.metalcore.silu(x)
     if _grad_enabled() and x.requires_grad:
         return _autograd.silu(x, forms)
@@ -64,7 +65,7 @@ def silu(x, forms=None):
 
 def fused_add_rms_norm(x, residual, weight, eps, forms=None):
     """(y, x + residual); not differentiable."""
-    if compiling():
+    if forms is None and compiling():
         return tuple(torch.ops.metalcore.fused_add_rms_norm(x, residual, weight, eps))
     return _kernels.fused_add_rms_norm(x, residual, weight, eps, forms)
 
