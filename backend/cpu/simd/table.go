@@ -23,6 +23,7 @@ type Table struct {
 	QRKernels
 	CholeskyKernels
 	SolveKernels
+	EighKernels
 	Conversions
 }
 
@@ -125,6 +126,19 @@ type SolveKernels struct {
 	// pivot is zero; past it that lane's X is unspecified. Nil in the
 	// portable table.
 	SolveLanes func(a []float32, n int, b []float32, k int, old []float32, info []int32)
+}
+
+// EighKernels are batched symmetric eigendecomposition's primitive.
+type EighKernels struct {
+	// EighLanes diagonalizes Lanes symmetric n x n matrices at once, one
+	// per lane, by Jacobi rotations, in place: a interleaved (element e of
+	// matrix l at a[e*Lanes+l]), full (both triangles); afterwards its
+	// diagonal holds the eigenvalues, unordered. v (nil for none, else
+	// n*n*Lanes floats) gets the eigenvectors in its columns, in the
+	// diagonal's order. At most maxSweeps sweeps; info[l] (Lanes of them)
+	// is 0 where lane l converged, 1 where it still rotated in the last
+	// sweep. Nil in the portable table.
+	EighLanes func(a []float32, n int, v []float32, maxSweeps int, info []int32)
 }
 
 // Conversions are the 16-bit formats to and from float32.

@@ -1,0 +1,92 @@
+// Code generated from ../avx512/eigh.go by go generate; DO NOT EDIT.
+
+//go:build goexperiment.simd && amd64
+
+package avx2
+
+import (
+	"math"
+	"simd/archsimd"
+)
+
+// eighLanes is simd.Table.EighLanes: cyclic Jacobi rotations on W
+// symmetric matrices at once, the same pair (p, q) in every lane and each
+// lane's rotation its own: none where its a_pq is zero or negligible beside
+// both diagonal entries (then a_pq is set to zero), a_pq / (a_qq - a_pp)
+// where that difference dwarfs a_pq. A sweep takes every pair in row
+// order; the sweeps end once no lane rotated in one.
+func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
+	info = info[:W]
+	row := n * W
+	if n == 0 {
+		clear(info)
+		return
+	}
+	_ = a[n*row-1]
+	if v != nil {
+		clear(v[:n*row])
+		for i := range n {
+			store(splat(1), v, i*row+i*W)
+		}
+	}
+	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
+	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
+	one, half, hundred := splat(1), splat(0.5), splat(100)
+	all := lanes(W).ToBits()
+	var rotated uint64 // the lanes that rotated in this sweep
+	for range maxSweeps {
+		rotated = 0
+		for p := 0; p < n-1; p++ {
+			for q := p + 1; q < n; q++ {
+				pq, qp, pp, qq := p*row+q*W, q*row+p*W, p*row+p*W, q*row+q*W
+				apq, app, aqq := load(a, pq), load(a, pp), load(a, qq)
+				g := hundred.Mul(abs(apq))
+				skip := abs(app).Add(g).Equal(abs(app)).And(abs(aqq).Add(g).Equal(abs(aqq))).Or(apq.Equal(zero()))
+				if skip.ToBits() == all {
+					store(zero(), a, pq)
+					store(zero(), a, qp)
+					continue
+				}
+				h := aqq.Sub(app)
+				theta := half.Mul(h).Div(apq)
+				t := one.Div(abs(theta).Add(theta.MulAdd(theta, one).Sqrt()))
+				t = asF(asI(t).Or(asI(theta).And(signBit)))
+				t = apq.Div(h).Merge(t, abs(h).Add(g).Equal(abs(h)))
+				t = zero().Merge(t, skip)
+				rotated |= uint64(all &^ t.Equal(zero()).ToBits())
+				c := one.Div(t.MulAdd(t, one).Sqrt())
+				s := t.Mul(c)
+				for r := 0; r < row; r += W { // columns p and q: A J
+					rotate(a, r*n+p*W, r*n+q*W, c, s)
+				}
+				for k := 0; k < row; k += W { // rows p and q: Jᵀ A
+					rotate(a, p*row+k, q*row+k, c, s)
+				}
+				if v != nil {
+					for r := 0; r < row; r += W {
+						rotate(v, r*n+p*W, r*n+q*W, c, s)
+					}
+				}
+				tapq := t.Mul(apq) // the 2 x 2 block directly
+				store(app.Sub(tapq), a, pp)
+				store(aqq.Add(tapq), a, qq)
+				store(zero(), a, pq)
+				store(zero(), a, qp)
+			}
+		}
+		if rotated == 0 {
+			break
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	for l := range info {
+		info[l] = int32(rotated >> l & 1)
+	}
+}
+
+// rotate sets (x, y) = (c x - s y, s x + c y) for the vectors at s[i:] and s[j:].
+func rotate(m []float32, i, j int, c, s vf) {
+	x, y := load(m, i), load(m, j)
+	store(c.Mul(x).Sub(s.Mul(y)), m, i)
+	store(s.MulAdd(x, c.Mul(y)), m, j)
+}
