@@ -17,6 +17,7 @@ import (
 	"metalcore/ops/activation"
 	"metalcore/ops/adamw"
 	"metalcore/ops/cholesky"
+	"metalcore/ops/eigh"
 	"metalcore/ops/loss"
 	"metalcore/ops/norm"
 	"metalcore/ops/qr"
@@ -52,6 +53,9 @@ type simRun struct {
 	// setup, when set, fills a run's fresh outputs before the call (an
 	// in-place op's starting values)
 	setup func(o []*tu.Tensor)
+	// canon, when set, puts a run's output values in a canonical form before
+	// they are compared (where the outputs are defined up to signs)
+	canon func(vals [][]float64)
 }
 
 type out struct {
@@ -116,6 +120,10 @@ func (s *simRun) check(what string, outs []out, tol float64, call func(on func(*
 		}
 	}
 	require.Empty(t, tu.MetalErrors(), "%s: what the simulator found", what)
+	if s.canon != nil {
+		s.canon(got[0])
+		s.canon(got[1])
+	}
 	for i := range outs {
 		g, w := got[1][i], got[0][i]
 		for j := range g { // the same infinity, or NaN on both
@@ -562,6 +570,75 @@ func TestMetalSimCholesky(t *testing.T) {
 				s.check(fmt.Sprintf("cholesky %s n %d upper %v", dt, n, upper), []out{{dt, shape}, {core.I32, []int64{2}}},
 					4*tu.Tol(dt), func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 						return cholesky.Cholesky(on(a), upper, o[0].Ptr(), o[1].Ptr(), e)
+					})
+			}
+		}
+	}
+}
+
+// Symmetric eigendecomposition, eigenvalues alone and with eigenvectors
+// (compared with each column's sign fixed: its largest entry positive),
+// from either triangle (the other poisoned with NaN), one matrix holding a
+// NaN (info 1, NaN out).
+func TestMetalSimEigh(t *testing.T) {
+	rng := tu.RNG(t)
+	for _, dt := range tu.DTypes {
+		for _, n := range []int{1, 5, 16, 33} {
+			s := newSimRun(t)
+			vals := make([]float64, 3*n*n)
+			for m := range 3 {
+				for i := range n {
+					for j := range i + 1 {
+						v := rng.NormFloat64()
+						vals[m*n*n+i*n+j], vals[m*n*n+j*n+i] = v, v
+					}
+				}
+			}
+			vals[2*n*n+n*n-1] = math.NaN()
+			shape, batch := []int64{3, int64(n), int64(n)}, []int64{3}
+			s.canon = func(vals [][]float64) {
+				if len(vals) < 3 {
+					return
+				}
+				v := vals[1]
+				for m := range 3 {
+					for c := range n {
+						big := 0.0
+						for r := range n {
+							if x := v[m*n*n+r*n+c]; math.Abs(x) > math.Abs(big) {
+								big = x
+							}
+						}
+						for r := range n {
+							if big < 0 {
+								v[m*n*n+r*n+c] = -v[m*n*n+r*n+c]
+							}
+						}
+					}
+				}
+			}
+			for _, upper := range []bool{false, true} {
+				poisoned := append([]float64(nil), vals...)
+				for m := range 3 {
+					for i := range n {
+						for j := range i {
+							if upper {
+								poisoned[m*n*n+i*n+j] = math.NaN()
+							} else {
+								poisoned[m*n*n+j*n+i] = math.NaN()
+							}
+						}
+					}
+				}
+				a := s.in(dt, shape, poisoned)
+				what := fmt.Sprintf("eigh %s n %d upper %v", dt, n, upper)
+				s.check(what, []out{{dt, []int64{3, int64(n)}}, {dt, shape}, {core.I32, batch}}, 8*tu.Tol(dt),
+					func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return eigh.Eigh(on(a), upper, o[0].Ptr(), o[1].Ptr(), o[2].Ptr(), e)
+					})
+				s.check(what+" eigenvalues alone", []out{{dt, []int64{3, int64(n)}}, {core.I32, batch}}, 8*tu.Tol(dt),
+					func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return eigh.Eigh(on(a), upper, o[0].Ptr(), nil, o[1].Ptr(), e)
 					})
 			}
 		}

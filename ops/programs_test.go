@@ -19,6 +19,7 @@ import (
 	"metalcore/backend/metal"
 	_ "metalcore/ops/adamw"
 	_ "metalcore/ops/cholesky"
+	_ "metalcore/ops/eigh"
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/qr"
 	_ "metalcore/ops/rope"

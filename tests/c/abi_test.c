@@ -26,7 +26,7 @@
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky) X(mc_solve)
+    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky) X(mc_solve) X(mc_eigh)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -496,6 +496,46 @@ static void check_cholesky(void) {
     free(a.mem), free(l.mem), free(m.mem), free(m.t.shape);
 }
 
+/* The eigenvalues (1, 3, 5) and eigenvectors of a 3 x 3 matrix, read from
+ * its lower triangle (the upper one NaN), beside one holding a NaN (info 1,
+ * NaN eigenvalues); eigenvalues alone; then w of another dtype refused. */
+static void check_eigh(void) {
+    enum { N = 3 };
+    static const double m[N * N] = {2, NAN, NAN, 1, 2, NAN, 0, 0, 5};
+    tensor a = make(F32, 2, 2 * N, N), v = make(F32, 2, 2 * N, N), w = make(F32, 2, 2, N);
+    int64_t shape3[3] = {2, N, N}, ishape[1] = {2};
+    free(a.t.shape), free(v.t.shape);
+    a.t.ndim = v.t.ndim = 3, a.t.shape = v.t.shape = shape3;
+    for (int b = 0; b < 2; b++)
+        for (int e = 0; e < N * N; e++) set(&a, b * N * N + e, m[e]);
+    set(&a, N * N + 4, NAN);
+    int32_t info[2] = {-1, -1};
+    mc_tensor it = {info, {MC_DEVICE_CPU, 0}, 1, {MC_DTYPE_INT, 32, 1}, ishape, NULL, 0};
+    for (int vectors = 1; vectors >= 0; vectors--) {
+        CHECK(p_mc_eigh(&a.t, 0, &w.t, vectors ? &v.t : NULL, &it, NULL) == MC_OK, "eigh: %s", p_mc_last_error());
+        CHECK(info[0] == 0 && info[1] == 1, "eigh: info %d %d, want 0 1", info[0], info[1]);
+        for (int i = 0; i < N; i++) {
+            CHECK(fabs(get(&w, i) - (2 * i + 1)) <= 1e-5, "eigh w[%d] = %g, want %d", i, get(&w, i), 2 * i + 1);
+            CHECK(isnan(get(&w, N + i)), "eigh: the NaN matrix's w[%d] = %g", i, get(&w, N + i));
+        }
+        for (int k = 0; vectors && k < N; k++) /* A v_k = w_k v_k, |v_k| = 1 */
+            for (int i = 0; i < N; i++) {
+                double av = 0, norm = 0;
+                for (int j = 0; j < N; j++) {
+                    double aij = i >= j ? m[i * N + j] : m[j * N + i];
+                    av += aij * get(&v, j * N + k), norm += get(&v, j * N + k) * get(&v, j * N + k);
+                }
+                CHECK(fabs(av - get(&w, k) * get(&v, i * N + k)) <= 1e-5 && fabs(norm - 1) <= 1e-5,
+                      "eigh: eigenvector %d row %d", k, i);
+            }
+    }
+    w.t.dtype.bits = 16;
+    CHECK(p_mc_eigh(&a.t, 0, &w.t, &v.t, &it, NULL) == MC_ERR_UNSUPPORTED_DTYPE, "eigh: float16 w: %s",
+          p_mc_last_error());
+    a.t.shape = v.t.shape = NULL;
+    free(a.mem), free(v.mem), free(w.mem), free(w.t.shape);
+}
+
 /* Two 5 x 5 systems with two right-hand sides: the first regular (A X
  * reproduces B), the second singular (a zero column: info 1, x NaN); a
  * b of another batch is refused. */
@@ -728,6 +768,7 @@ int main(int argc, char** argv) {
     check_qr();
     check_cholesky();
     check_solve();
+    check_eigh();
     check_bad_inputs();
     check_thread_local_errors();
     check_fork();
