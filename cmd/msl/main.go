@@ -13,6 +13,7 @@ import (
 	_ "metalcore/ops/activation"
 	_ "metalcore/ops/adamw"
 	_ "metalcore/ops/cholesky"
+	_ "metalcore/ops/eigh"
 	_ "metalcore/ops/loss"
 	_ "metalcore/ops/norm"
 	_ "metalcore/ops/qr"
