@@ -11,7 +11,10 @@ warm-up, outputs allocated by the call as a user's are. Error: the largest
 ||L Lᵀ - A|| / ||A|| over the batch, in float64, for each side's factor.
 Solve (solve_ex, float32, one right-hand side) of A = N(0, 1) + 2 sqrt(n) I
 at the same shapes; error: the largest ||A x - b|| / (||A|| ||x||) over the
-batch."""
+batch.
+Eigendecomposition (eigh, float32, eigenvectors included) of symmetric
+N(0, 1) matrices; error: the largest ||A V - V diag(w)|| / ||A|| and
+||Vᵀ V - I|| over the batch (the larger of the two)."""
 import torch
 
 import harness
@@ -19,6 +22,8 @@ import metalcore
 
 CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
 SOLVE = CHOLESKY
+EIGH = {"cpu": [(5000, 16), (10000, 32), (1000, 64), (200, 128)],
+        "cuda": [(5000, 16), (10000, 32), (1000, 64), (100, 128)]}
 
 
 def reconstruction(l, a):
@@ -29,6 +34,14 @@ def reconstruction(l, a):
 def residual(x, a, b):
     x, a, b = x.double(), a.double(), b.double()
     return ((a @ x - b).flatten(1).norm(dim=1) / (a.flatten(1).norm(dim=1) * x.flatten(1).norm(dim=1))).max().item()
+
+
+def decomposition(w, v, a):
+    w, v, a = w.double(), v.double(), a.double()
+    n = a.shape[-1]
+    res = (a @ v - v * w.unsqueeze(-2)).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1)
+    orth = (v.mT @ v - torch.eye(n, dtype=torch.float64, device=a.device)).flatten(1).norm(dim=1)
+    return max(res.max().item(), orth.max().item())
 
 
 def row(name, shape, theirs, ours, error, device, rounds):
@@ -59,8 +72,10 @@ def main():
     print("# Batched small-matrix linear algebra\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/linalg.py`. Milliseconds, "
           "median of 5 calls (20 on CUDA); speed is PyTorch's time over metalcore's; error is the largest "
-          "||L Lᵀ - A|| / ||A|| (Cholesky) or ||A x - b|| / (||A|| ||x||) (solve) over the batch. Bars (issue 32): "
-          "Cholesky and solve 10000 x 32² >= 3x on the CPU and >= 2x on the H100, >= 1.0x elsewhere up to n = 128.\n")
+          "||L Lᵀ - A|| / ||A|| (Cholesky), ||A x - b|| / (||A|| ||x||) (solve), or the larger of "
+          "||A V - V diag(w)|| / ||A|| and ||Vᵀ V - I|| (eigh) over the batch. Bars (issue 32): Cholesky and solve "
+          "10000 x 32² >= 3x on the CPU and >= 2x on the H100, >= 1.0x elsewhere up to n = 128; eigh 5000 x 16² "
+          ">= 5x and 200 x 128² >= 2x on the CPU, >= 3x at n <= 32 and >= 20x at n = 64 to 128 on the H100.\n")
     for device in harness.devices(cpu_first=True):
         where = harness.on(device)
         rounds = 20 if device == "cuda" else 5
@@ -79,6 +94,14 @@ def main():
             rhs = torch.randn(batch, n, 1, generator=gen).to(device)
             row("solve_ex", f"{batch} x {n} x {n}, 1 rhs", lambda: torch.linalg.solve_ex(a, rhs),
                 lambda: metalcore.linalg.solve_ex(a, rhs), lambda r: residual(r[0], a, rhs), device, rounds)
+        for batch, n in EIGH[device]:
+            gen = torch.Generator().manual_seed(n)
+            b = torch.randn(batch, n, n, generator=gen)
+            a = (b + b.mT).to(device)
+            # PyTorch's batched CUDA eigh beyond n = 32 loops over the batch: a few calls are enough there
+            r = rounds if device == "cpu" or n <= 32 else 3
+            row("eigh", f"{batch} x {n} x {n}", lambda: torch.linalg.eigh(a), lambda: metalcore.linalg.eigh(a),
+                lambda r: decomposition(r[0], r[1], a), device, r)
         print()
 
 

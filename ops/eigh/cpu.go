@@ -167,8 +167,8 @@ func (io matrixIO) store(b int, m, v []float32, finite bool, info int32, order [
 // before orders eigenvalues: ascending, NaN after every number.
 func before(x, y float32) bool { return x < y || (y != y && x == x) }
 
-// jacobi is EighLanes' rotations on one full symmetric n x n matrix m: its
-// diagonal ends as the eigenvalues, v (nil for none) the eigenvectors in
+// jacobi is EighLanes' rotations on one symmetric n x n matrix m (its
+// upper triangle read and overwritten): its diagonal ends as the eigenvalues, v (nil for none) the eigenvectors in
 // its columns. It returns 0, or 1 where m still rotated in sweep MaxSweeps.
 func jacobi(m []float32, n int, v []float32) int32 {
 	if v != nil {
@@ -182,7 +182,7 @@ func jacobi(m []float32, n int, v []float32) int32 {
 				apq, app, aqq := m[p*n+q], m[p*n+p], m[q*n+q]
 				g := 100 * abs(apq)
 				if apq == 0 || (abs(app)+g == abs(app) && abs(aqq)+g == abs(aqq)) {
-					m[p*n+q], m[q*n+p] = 0, 0
+					m[p*n+q] = 0
 					continue
 				}
 				rotated = true
@@ -199,17 +199,22 @@ func jacobi(m []float32, n int, v []float32) int32 {
 				}
 				c := 1 / float32(math.Sqrt(float64(t*t+1)))
 				s := t * c
-				for r := range n {
-					rotatePair(m, r*n+p, r*n+q, c, s)
-					if v != nil {
+				for j := range p { // the upper triangle's (j, p) and (j, q)
+					rotatePair(m, j*n+p, j*n+q, c, s)
+				}
+				for j := p + 1; j < q; j++ {
+					rotatePair(m, p*n+j, j*n+q, c, s)
+				}
+				for j := q + 1; j < n; j++ {
+					rotatePair(m, p*n+j, q*n+j, c, s)
+				}
+				if v != nil {
+					for r := range n {
 						rotatePair(v, r*n+p, r*n+q, c, s)
 					}
 				}
-				for k := range n {
-					rotatePair(m, p*n+k, q*n+k, c, s)
-				}
 				m[p*n+p], m[q*n+q] = app-t*apq, aqq+t*apq
-				m[p*n+q], m[q*n+p] = 0, 0
+				m[p*n+q] = 0
 			}
 		}
 		if !rotated {

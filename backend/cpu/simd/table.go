@@ -132,8 +132,8 @@ type SolveKernels struct {
 type EighKernels struct {
 	// EighLanes diagonalizes Lanes symmetric n x n matrices at once, one
 	// per lane, by Jacobi rotations, in place: a interleaved (element e of
-	// matrix l at a[e*Lanes+l]), full (both triangles); afterwards its
-	// diagonal holds the eigenvalues, unordered. v (nil for none, else
+	// matrix l at a[e*Lanes+l]), its upper triangle read and overwritten;
+	// afterwards its diagonal holds the eigenvalues, unordered. v (nil for none, else
 	// n*n*Lanes floats) gets the eigenvectors in its columns, in the
 	// diagonal's order. At most maxSweeps sweeps; info[l] (Lanes of them)
 	// is 0 where lane l converged, 1 where it still rotated in the last

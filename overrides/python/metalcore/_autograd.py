@@ -144,6 +144,23 @@ class Cholesky(torch.autograd.Function):
         return _backward.cholesky(l, gl, ctx.upper), None
 
 
+class Eigh(torch.autograd.Function):
+    """Eigenvalues, eigenvectors and info from one library call; the
+    backward is PyTorch's formula on them."""
+
+    @staticmethod
+    def forward(ctx, a, upper):
+        w, v, info = _kernels.eigh(a, upper)
+        ctx.mark_non_differentiable(info)
+        ctx.save_for_backward(w, v)
+        return w, v, info
+
+    @staticmethod
+    def backward(ctx, gw, gv, _):
+        w, v = ctx.saved_tensors
+        return _backward.eigh(gw, gv, w, v), None
+
+
 class Solve(torch.autograd.Function):
     """X and info from one library call; the backward is PyTorch's formula
     (another solve, with Aᵀ, and a product)."""

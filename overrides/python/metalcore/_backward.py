@@ -37,6 +37,23 @@ def cholesky(l, gl, upper):
     return torch.linalg.solve_triangular(lf, ga, upper=False, left=False).to(l.dtype)
 
 
+def eigh(gw, gv, w, v):
+    """PyTorch's gradient of A for the gradients gw, gv (either None) of
+    its eigenvalues w and eigenvectors v (linalg_eig_backward's Hermitian
+    case): V (diag(gw) + skew(Vᵀ gV) / (w_j - w_i)) Vᵀ, in PyTorch's
+    differentiable ops."""
+    gw = torch.zeros_like(w) if gw is None else gw
+    if gv is None:
+        inner = torch.diag_embed(gw)
+    else:
+        vgv = v.mT @ gv
+        gaps = w.unsqueeze(-2) - w.unsqueeze(-1)
+        gaps = gaps + torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)  # 1 on the diagonal
+        inner = 0.5 * (vgv - vgv.mT) / gaps
+        inner = inner - torch.diag_embed(inner.diagonal(0, -2, -1)) + torch.diag_embed(gw)
+    return v @ inner @ v.mT
+
+
 def solve(kernels, a, x, gx, needs):
     """PyTorch's gradients (of A, of B) of X = A⁻¹ B for gx: gB = A⁻ᵀ gX,
     gA = −gB Xᵀ; through PyTorch's differentiable ops where a graph is

@@ -355,6 +355,28 @@ def _cholesky_grad(ctx, gl, _):
 cholesky.register_autograd(_cholesky_grad, setup_context=_cholesky_context)
 
 
+@torch.library.custom_op("metalcore::eigh", mutates_args=())
+def eigh(a: Tensor, upper: bool, vectors: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    w, v, info = _kernels.eigh(a, upper, vectors)
+    return w, (v if vectors else a.new_empty(0)), info
+
+
+eigh.register_fake(lambda a, upper, vectors: (a.new_empty(a.shape[:-1]), torch.empty_like(a) if vectors else
+                                              a.new_empty(0), a.new_empty(a.shape[:-2], dtype=torch.int32)))
+
+
+def _eigh_context(ctx, inputs, output):
+    ctx.save_for_backward(output[0], output[1])
+
+
+def _eigh_grad(ctx, gw, gv, _):
+    w, v = ctx.saved_tensors
+    return _backward.eigh(gw, gv if v.numel() else None, w, v), None, None
+
+
+eigh.register_autograd(_eigh_grad, setup_context=_eigh_context)
+
+
 @torch.library.custom_op("metalcore::solve", mutates_args=())
 def solve(a: Tensor, b: Tensor) -> Tuple[Tensor, Tensor]:
     return _kernels.solve(a, b)

@@ -20,6 +20,7 @@ _fused_add_fwd = lib.mc_fused_add_rmsnorm_fwd
 _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cholesky = lib.mc_cholesky
 _solve = lib.mc_solve
+_eigh = lib.mc_eigh
 _cross_entropy = lib.mc_cross_entropy
 _cross_entropy_fwd, _cross_entropy_bwd = lib.mc_cross_entropy_fwd, lib.mc_cross_entropy_bwd
 _loss_grad_scale = lib.mc_loss_grad_scale
@@ -327,6 +328,20 @@ def solve(a, b):
 # ---- QR ---------------------------------------------------------------------------------
 
 QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
+
+
+def eigh(a, upper, vectors=True):
+    """(w, v, info) of a contiguous [..., n, n], reading its lower
+    triangle (upper: its upper one): the eigenvalues ascending and the
+    eigenvectors in columns, in a's dtype; v None unless vectors; info
+    (int32) 0, or 1 where a matrix was not finite or did not converge."""
+    w = a.new_empty(a.shape[:-1])
+    v = torch.empty_like(a) if vectors else None
+    info = a.new_empty(a.shape[:-2], dtype=torch.int32)
+    CALLS["eigh"] += 1
+    d = described(("eigh", form(a), vectors), (a, w, v, info))
+    run(_eigh, a, d[0], int(upper), d[1], d[2], d[3])
+    return w, v, info
 
 
 def qr_shapes(a, mode):

@@ -85,6 +85,16 @@ def cholesky(a, upper):
     return _kernels.cholesky(a, upper)
 
 
+def eigh(a, upper, vectors):
+    """(w, v, info) of a contiguous [..., n, n]; v None unless vectors."""
+    if compiling():
+        w, v, info = torch.ops.metalcore.eigh(a, upper, vectors)
+        return w, (v if vectors else None), info
+    if vectors and _grad_enabled() and a.requires_grad:
+        return _autograd.Eigh.apply(a, upper)
+    return _kernels.eigh(a, upper, vectors)
+
+
 def solve(a, b):
     """(x, info) of contiguous a [..., n, n] and b [..., n, k], one batch
     shape."""

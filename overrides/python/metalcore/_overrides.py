@@ -20,11 +20,11 @@ from .functional import (admit_gelu, admit_norm, admit_softmax, last_dim_only, n
 # faster forward and forward + backward, and QR, bench/qr.md;
 # bench/python_ops.md on CUDA; Cholesky and solve, bench/linalg.md).
 DEFAULTS = {
-    "cpu": {"qr", "cholesky", "solve"},
+    "cpu": {"qr", "cholesky", "solve", "eigh"},
     "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
-    "cuda": {"rms_norm", "softmax", "cholesky", "solve"},
+    "cuda": {"rms_norm", "softmax", "cholesky", "solve", "eigh"},
 }
-ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky", "solve"}
+ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky", "solve", "eigh"}
 
 # The targets whose fallback is running on this thread. A fallback's
 # function may call another patched function (F.softmax calls
@@ -216,6 +216,34 @@ def solve_ex(A, B, *, left=True, check_errors=False, out=None):
     return _fall_back("solve_ex", why, A, B, left=left, check_errors=check_errors)
 
 
+def _eigh_refused(A, UPLO, vectors, out):
+    """Why the eigh overrides leave A to PyTorch, or None: a single matrix
+    on the CPU is LAPACK's (metalcore's CPU kernel is for batches); under
+    torch.compile PyTorch's (they raise on the data)."""
+    why = _off("eigh", A) or ("out=" if out is not None else None) or linalg.eigh_refused(A, UPLO, vectors)
+    if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2:
+        why = "one matrix on the CPU"
+    return why or ("raising under torch.compile" if _lib.compiling() else None)
+
+
+def eigh(A, UPLO="L", *, out=None):
+    why = _eigh_refused(A, UPLO, True, out)
+    if why is None:
+        return linalg.eigh(A, UPLO)
+    if out is not None:
+        return _fall_back("eigh", why, A, UPLO, out=out)
+    return _fall_back("eigh", why, A, UPLO)
+
+
+def eigvalsh(A, UPLO="L", *, out=None):
+    why = _eigh_refused(A, UPLO, isinstance(A, torch.Tensor) and A.requires_grad, out)
+    if why is None:
+        return linalg.eigvalsh(A, UPLO)
+    if out is not None:
+        return _fall_back("eigvalsh", why, A, UPLO, out=out)
+    return _fall_back("eigvalsh", why, A, UPLO)
+
+
 # What each target patches: target -> (op, owner, attribute, the patched function)
 _TARGETS = {
     "rms_norm": ("rms_norm", F, "rms_norm", rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", layer_norm),
@@ -226,6 +254,7 @@ _TARGETS = {
     "cholesky_ex": ("cholesky", torch.linalg, "cholesky_ex", cholesky_ex),
     "solve": ("solve", torch.linalg, "solve", solve),
     "solve_ex": ("solve", torch.linalg, "solve_ex", solve_ex),
+    "eigh": ("eigh", torch.linalg, "eigh", eigh), "eigvalsh": ("eigh", torch.linalg, "eigvalsh", eigvalsh),
 }
 
 

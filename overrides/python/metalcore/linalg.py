@@ -1,5 +1,6 @@
 """Layer 4: metalcore.linalg: batched Householder QR (CPU and CUDA),
-batched Cholesky and batched linear systems (CPU, CUDA and MPS)."""
+batched Cholesky, linear systems and symmetric eigendecomposition (CPU,
+CUDA and MPS)."""
 import torch
 
 from . import _lib, _ops
@@ -8,6 +9,7 @@ from ._kernels import QR_MODES
 # PyTorch's own, where PyTorch must run
 _torch_qr, _torch_cholesky, _torch_cholesky_ex = torch.linalg.qr, torch.linalg.cholesky, torch.linalg.cholesky_ex
 _torch_solve, _torch_solve_ex = torch.linalg.solve, torch.linalg.solve_ex
+_torch_eigh, _torch_eigvalsh = torch.linalg.eigh, torch.linalg.eigvalsh
 _LinAlgError = getattr(torch.linalg, "LinAlgError", RuntimeError)
 
 # The largest order metalcore factors: what the GPU kernels hold on chip
@@ -198,3 +200,67 @@ def systems(A, B, left, raising_as=None):
     if raising_as is not None:
         _raise_for(info, raising_as, lambda _: "The solver failed because the input matrix is singular.")
     return (x.squeeze(-1) if vector else x if left else x.mT), info
+
+
+# What mc_eigh's GPU kernel holds on chip: the matrix (and its eigenvectors)
+# at n (n + 1) floats each, and a little more (ops/eigh/gpu.go). On the CPU
+# Jacobi rotations past order 32 are slower than PyTorch's LAPACK
+# (bench/linalg.md), which computes those.
+_EIGH_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
+_EIGH_CPU_ORDER = 32
+
+
+def eigh_refused(A, UPLO="L", vectors=True):
+    """Why metalcore does not decompose A, or None (a non-contiguous A is
+    copied)."""
+    if UPLO not in ("L", "U"):
+        return f"UPLO={UPLO!r}"
+    why = _lib.unsupported_any_layout(A)
+    if why is not None:
+        return why
+    if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
+        return "not square matrices"
+    n = A.shape[-1]
+    most = _EIGH_SHARED.get(A.device.type)
+    if most is None:
+        return f"order above {_EIGH_CPU_ORDER}" if n > _EIGH_CPU_ORDER else None
+    if ((2 if vectors else 1) * n * (n + 1) + 2 * ((n + 1) // 2) + 33 + n) * 4 > most:
+        return f"order {n} beyond what the GPU kernel holds"
+    return None
+
+
+def _decompose(A, UPLO, vectors, name):
+    """(w, v or None) of A, which eigh_refused takes; PyTorch's error from
+    name for the first matrix that did not converge or is not finite (the
+    host reads info), unless compiling."""
+    w, v, info = _ops.eigh(A.contiguous(), UPLO == "U", vectors)
+    if not _lib.compiling():
+        _raise_for(info, name, lambda k: "The algorithm failed to converge because the input matrix is "
+                   f"ill-conditioned or has too many repeated eigenvalues (error code: {k}).")
+    return w, v
+
+
+def eigh(A, UPLO="L"):
+    """torch.linalg.eigh(A, UPLO=): (eigenvalues ascending, eigenvectors in
+    columns) of every symmetric matrix of A [..., n, n], reading its lower
+    (UPLO='L') or upper triangle, by Jacobi rotations; float32, float16 and
+    bfloat16 (16-bit computed in float32, returned in A's dtype). Raises
+    torch.linalg.LinAlgError, as PyTorch does, for a matrix holding a NaN or
+    an infinity (the host reads the library's info). Differentiable
+    (PyTorch's formula). Other inputs are PyTorch's."""
+    why = eigh_refused(A, UPLO)
+    if why is not None:
+        _lib.pytorch_computes("eigh", why)
+        return _torch_eigh(A, UPLO=UPLO)
+    return torch.return_types.linalg_eigh(_decompose(A, UPLO, True, "linalg.eigh"))
+
+
+def eigvalsh(A, UPLO="L"):
+    """torch.linalg.eigvalsh(A, UPLO=): eigh's eigenvalues (the eigenvectors
+    are computed only where a gradient needs them)."""
+    grad = A.requires_grad if isinstance(A, torch.Tensor) else False
+    why = eigh_refused(A, UPLO, grad)
+    if why is not None:
+        _lib.pytorch_computes("eigvalsh", why)
+        return _torch_eigvalsh(A, UPLO=UPLO)
+    return _decompose(A, UPLO, grad, "linalg.eigvalsh")[0]

@@ -43,6 +43,7 @@ def samples(device):
         (ops.qr, (torch.randn(4, 6, 5, device=device), "reduced")), (ops.qr, (torch.randn(6, 5, device=device), "r")),
         (ops.cholesky, (grad(spd), False)), (ops.cholesky, (spd[0], True)),
         (ops.solve, (grad(spd), grad(torch.randn(2, 5, 3, device=device)))), (ops.solve, (spd[0], x[:1, :5].mT.contiguous())),
+        (ops.eigh, (grad(spd), False, True)), (ops.eigh, (spd, True, False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [],
@@ -180,6 +181,27 @@ def test_compile_cholesky(device):
     assert metalcore.call_counts().get("cholesky") == 1, metalcore.call_counts()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_compile_eigh(device):
+    """metalcore.linalg.eigh under torch.compile(fullgraph=True) is the
+    custom op, forward and backward, as eager."""
+    torch.manual_seed(0)
+    b = torch.randn(3, 6, 6, device=device)
+    a = (b + b.mT).requires_grad_()
+
+    def f(a):
+        w, v = metalcore.linalg.eigh(a)
+        return (w * w).sum() + (v * v * v.detach().abs()).sum()
+
+    want = f(a)
+    want_grad = torch.autograd.grad(want, a)[0]
+    metalcore.reset_call_counts()
+    got = torch.compile(f, fullgraph=True)(a)
+    got_grad = torch.autograd.grad(got, a)[0]
+    assert metalcore.call_counts().get("eigh") == 1, metalcore.call_counts()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=1e-4)
 
 
 def test_compile_solve(device):

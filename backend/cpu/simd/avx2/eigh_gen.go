@@ -10,7 +10,7 @@ import (
 )
 
 // eighLanes is simd.Table.EighLanes: cyclic Jacobi rotations on W
-// symmetric matrices at once, the same pair (p, q) in every lane and each
+// symmetric matrices at once (their upper triangles), the same pair (p, q) in every lane and each
 // lane's rotation its own: none where its a_pq is zero or negligible beside
 // both diagonal entries (then a_pq is set to zero), a_pq / (a_qq - a_pp)
 // where that difference dwarfs a_pq. A sweep takes every pair in row
@@ -38,13 +38,12 @@ func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 		rotated = 0
 		for p := 0; p < n-1; p++ {
 			for q := p + 1; q < n; q++ {
-				pq, qp, pp, qq := p*row+q*W, q*row+p*W, p*row+p*W, q*row+q*W
+				pq, pp, qq := p*row+q*W, p*row+p*W, q*row+q*W
 				apq, app, aqq := load(a, pq), load(a, pp), load(a, qq)
 				g := hundred.Mul(abs(apq))
 				skip := abs(app).Add(g).Equal(abs(app)).And(abs(aqq).Add(g).Equal(abs(aqq))).Or(apq.Equal(zero()))
 				if skip.ToBits() == all {
 					store(zero(), a, pq)
-					store(zero(), a, qp)
 					continue
 				}
 				h := aqq.Sub(app)
@@ -56,11 +55,16 @@ func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 				rotated |= uint64(all &^ t.Equal(zero()).ToBits())
 				c := one.Div(t.MulAdd(t, one).Sqrt())
 				s := t.Mul(c)
-				for r := 0; r < row; r += W { // columns p and q: A J
-					rotate(a, r*n+p*W, r*n+q*W, c, s)
+				// the upper triangle's (j, p) and (j, q), each from the
+				// triangle's side: the other one is never read
+				for j := 0; j < p*W; j += W {
+					rotate(a, j*n+p*W, j*n+q*W, c, s)
 				}
-				for k := 0; k < row; k += W { // rows p and q: Jᵀ A
-					rotate(a, p*row+k, q*row+k, c, s)
+				for j := (p + 1) * W; j < q*W; j += W {
+					rotate(a, p*row+j, j*n+q*W, c, s)
+				}
+				for j := (q + 1) * W; j < row; j += W {
+					rotate(a, p*row+j, q*row+j, c, s)
 				}
 				if v != nil {
 					for r := 0; r < row; r += W {
@@ -71,7 +75,6 @@ func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 				store(app.Sub(tapq), a, pp)
 				store(aqq.Add(tapq), a, qq)
 				store(zero(), a, pq)
-				store(zero(), a, qp)
 			}
 		}
 		if rotated == 0 {
