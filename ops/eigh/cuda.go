@@ -27,7 +27,7 @@ func init() {
 		if v != nil {
 			vp = v.Base
 		}
-		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel("eigh", a.DType), l.blocks,
+		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(l.kernel, a.DType), l.blocks,
 			l.threads, l.shared, cuda.Ptr(a.Base), cuda.Ptr(w.Base), cuda.Ptr(vp), cuda.Ptr(info.Base),
 			cuda.I32(s.n), cuda.I32(upperFlag(s)), cuda.I32(vectorsFlag(s)), cuda.I32(s.batch)))
 	})

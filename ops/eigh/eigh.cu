@@ -1,13 +1,18 @@
-// Batched symmetric eigendecomposition: a block per matrix, A (both
-// triangles) and V in shared memory (row stride n + 1). Parallel cyclic
-// Jacobi: a sweep is N - 1 steps of the round-robin tournament over the
-// n rounded up to even indices (the extra one a bye), each step
-// rotating its N / 2 disjoint pairs at once, columns (A J, V J) then rows
-// (Jᵀ A), a barrier each. A pair is not rotated where its a_pq is zero or
-// negligible beside both diagonal entries; the sweeps end once one rotates
-// nothing. The eigenvalues leave ranked (ascending, NaN last, ties by
-// index) with their columns of V.
+// Batched symmetric eigendecomposition by parallel cyclic Jacobi: a matrix
+// (its upper triangle) and its eigenvectors in shared memory, row stride
+// n + 1; a warp per matrix up to order 32 (eigh_warp, several a block),
+// a block per matrix above (eigh). A sweep is the players - 1 steps of the
+// round-robin tournament over the n indices (rounded up to even: the
+// extra one a bye), each step rotating its disjoint pairs at once in two
+// phases: each pair's thread chooses its rotation (none where a_pq is zero
+// or negligible beside both diagonal entries) and diagonalizes its own
+// 2 x 2 block; then every 2 x 2 block between two pairs (k < k', in the
+// upper triangle) takes both rotations, J_kᵀ B J_k', and every row of V
+// its pairs' rotations. The sweeps end once one rotates nothing. The
+// eigenvalues leave ranked (ascending, NaN last, ties by index) with their
+// columns of V.
 #define EIGH_MAX_SWEEPS 40
+#define EIGH_WARPS 4
 
 // The index at position pos of step step of the tournament: position 0
 // stays, the others turn.
@@ -15,106 +20,126 @@ MC_DEVICE int eigh_player(int pos, int step, int players) {
     return pos == 0 ? 0 : (pos - 1 + step) % (players - 1) + 1;
 }
 
-MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x); }
-
-MC_DEVICE void eigh_rotate(MC_GROUP float* x, MC_GROUP float* y, float c, float s) {
-    float u = *x, v = *y;
-    *x = c * u - s * v;
-    *y = fmaf(s, u, c * v);
+// Pair k of step step: p < q (q may be a bye, n or more).
+MC_DEVICE void eigh_pair(int k, int step, int players, MC_THREAD int& p, MC_THREAD int& q) {
+    int x = eigh_player(k, step, players), y = eigh_player(players - 1 - k, step, players);
+    p = x < y ? x : y;
+    q = x < y ? y : x;
 }
 
-template <class D>
-MC_DEVICE void eigh(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLOBAL void* w_, MC_GLOBAL void* v_,
-                    MC_GLOBAL int* info, int n, int upper, int vectors, int) {
+MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x); }
+
+// The floats of shared memory one matrix takes: A and V (n (n + 1) each,
+// V only where wanted), each pair's cosine, sine and indices, the ranks,
+// and mc_block_sum's scratch (ops/eigh/gpu.go's size).
+MC_DEVICE int eigh_floats(int n, int vectors) {
+    return n * (n + 1) * (vectors ? 2 : 1) + 4 * ((n + 1) / 2) + n + MC_BLOCK_SUM_SCRATCH;
+}
+
+template <bool WARP> MC_DEVICE void eigh_sync() {
+    if (WARP) MC_WARP_BARRIER();
+    else MC_BARRIER();
+}
+
+// Matrix b of a, its shared memory at M, by threads t of nt (a warp, or
+// the block).
+template <class D, bool WARP>
+MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL const void* a_, MC_GLOBAL void* w_,
+                           MC_GLOBAL void* v_, MC_GLOBAL int* info, int n, int upper, int vectors, mc_i64 b) {
     typedef typename D::T T;
-    int ld = n + 1, nn = n * n, pairs = (n + 1) / 2, players = 2 * pairs;
-    MC_GROUP float* A = (MC_GROUP float*)S4;
+    int ld = n + 1, nn = n * n, pairs = (n + 1) / 2, players = 2 * pairs, blocks = pairs * (pairs - 1) / 2;
+    MC_GROUP float* A = M;
     MC_GROUP float* V = A + n * ld;
-    MC_GROUP float* C = V + (vectors ? n * ld : 0);  // each pair's cosine and sine
+    MC_GROUP float* C = V + (vectors ? n * ld : 0);
     MC_GROUP float* S = C + pairs;
-    MC_GROUP float* scratch = S + pairs;  // mc_block_sum's
-    MC_GROUP int* rank = (MC_GROUP int*)(scratch + MC_BLOCK_SUM_SCRATCH);
-    mc_i64 b = MC_BLOCK;
+    MC_GROUP int* P = (MC_GROUP int*)(S + pairs);  // each pair's indices this step
+    MC_GROUP int* Q = P + pairs;
+    MC_GROUP int* rank = Q + pairs;
+    MC_GROUP float* scratch = (MC_GROUP float*)(rank + n);
     MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * nn;
-    float bad = 0.f;
-    for (int e = MC_TID; e < nn; e += MC_NTHREADS) {
+    float bad = 0.f, inv_n = 1.f / (float)n;
+    for (int e = t; e < nn; e += nt) {
         int r = e / n, c = e - r * n;
         if (upper ? c >= r : c <= r) {
             float x = D::load(a + e);
-            A[r * ld + c] = x;
-            A[c * ld + r] = x;
+            A[upper ? r * ld + c : c * ld + r] = x;
             if (!(x * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
         }
         if (vectors) V[r * ld + c] = r == c ? 1.f : 0.f;
     }
-    MC_BARRIER();
-    bool finite = mc_block_sum(id, bad, scratch) == 0.f;
+    eigh_sync<WARP>();
+    bool finite = (WARP ? mc_warp_sum(bad) : mc_block_sum(id, bad, scratch)) == 0.f;
     bool converged = !finite;
     for (int sweep = 0; sweep < EIGH_MAX_SWEEPS && !converged; sweep++) {
         float rotated = 0.f;
         for (int step = 0; step < players - 1; step++) {
-            for (int k = MC_TID; k < pairs; k += MC_NTHREADS) {
-                int p = eigh_player(k, step, players), q = eigh_player(players - 1 - k, step, players);
-                if (p > q) {
-                    int t = p;
-                    p = q;
-                    q = t;
-                }
+            for (int k = t; k < pairs; k += nt) {  // each pair's rotation, and its own 2 x 2 block
+                int p, q;
+                eigh_pair(k, step, players, p, q);
                 float c = 1.f, s = 0.f;
                 if (q < n) {
                     float apq = A[p * ld + q], app = A[p * ld + p], aqq = A[q * ld + q];
                     float g = 100.f * fabsf(apq);
                     if (apq != 0.f && !(fabsf(app) + g == fabsf(app) && fabsf(aqq) + g == fabsf(aqq))) {
-                        float h = aqq - app, t;
+                        float h = aqq - app, tn;
                         if (fabsf(h) + g == fabsf(h)) {
-                            t = apq / h;
+                            tn = apq / h;
                         } else {
                             float theta = 0.5f * h / apq;
-                            t = 1.f / (fabsf(theta) + sqrtf(fmaf(theta, theta, 1.f)));
-                            if (theta < 0.f) t = -t;
+                            tn = 1.f / (fabsf(theta) + sqrtf(fmaf(theta, theta, 1.f)));
+                            if (theta < 0.f) tn = -tn;
                         }
-                        c = 1.f / sqrtf(fmaf(t, t, 1.f));
-                        s = t * c;
+                        c = 1.f / sqrtf(fmaf(tn, tn, 1.f));
+                        s = tn * c;
+                        A[p * ld + p] = app - tn * apq;
+                        A[q * ld + q] = fmaf(tn, apq, aqq);
                         rotated += 1.f;
                     }
+                    A[p * ld + q] = 0.f;  // rotated away, or negligible
                 }
                 C[k] = c;
                 S[k] = s;
+                P[k] = p;
+                Q[k] = q;
             }
-            MC_BARRIER();
-            for (int e = MC_TID; e < n * pairs; e += MC_NTHREADS) {  // columns: (row r, pair k)
-                int k = e / n, r = e - k * n;
+            eigh_sync<WARP>();
+            for (int e = t; e < blocks; e += nt) {  // the block of pairs (k, k2), k < k2: e = k2 (k2 - 1) / 2 + k
+                int k2 = (int)((1.f + sqrtf(1.f + 8.f * (float)e)) * 0.5f);
+                if (k2 * (k2 - 1) / 2 > e) k2--;
+                if ((k2 + 1) * k2 / 2 <= e) k2++;
+                int k = e - k2 * (k2 - 1) / 2;
+                float c = C[k], s = S[k], c2 = C[k2], s2 = S[k2];
+                if (s == 0.f && s2 == 0.f) continue;
+                int p = P[k], q = Q[k], p2 = P[k2], q2 = Q[k2];
+                // entry (x, y) of the block sits at (min, max): x and y are of different pairs
+                int i00 = p < p2 ? p * ld + p2 : p2 * ld + p, i01 = p < q2 ? p * ld + q2 : q2 * ld + p;
+                int i10 = q < p2 ? q * ld + p2 : p2 * ld + q, i11 = q < q2 ? q * ld + q2 : q2 * ld + q;
+                bool hq = q < n, hq2 = q2 < n;  // byes have no entries
+                float b00 = A[i00], b01 = hq2 ? A[i01] : 0.f, b10 = hq ? A[i10] : 0.f;
+                float b11 = hq && hq2 ? A[i11] : 0.f;
+                float x0 = c2 * b00 - s2 * b01, x1 = fmaf(s2, b00, c2 * b01);  // B J_k2
+                float y0 = c2 * b10 - s2 * b11, y1 = fmaf(s2, b10, c2 * b11);
+                A[i00] = c * x0 - s * y0;  // J_kᵀ (B J_k2)
+                if (hq2) A[i01] = c * x1 - s * y1;
+                if (hq) A[i10] = fmaf(s, x0, c * y0);
+                if (hq && hq2) A[i11] = fmaf(s, x1, c * y1);
+            }
+            // V J: (row r, pair k) items, k = e / n by a float reciprocal
+            // (exact here: e < 2^16, n < 2^8)
+            for (int e = t; vectors && e < n * pairs; e += nt) {
+                int k = (int)(((float)e + 0.5f) * inv_n), r = e - k * n;
                 float s = S[k];
                 if (s == 0.f) continue;
-                int p = eigh_player(k, step, players), q = eigh_player(players - 1 - k, step, players);
-                if (p > q) {
-                    int t = p;
-                    p = q;
-                    q = t;
-                }
-                eigh_rotate(A + r * ld + p, A + r * ld + q, C[k], s);
-                if (vectors) eigh_rotate(V + r * ld + p, V + r * ld + q, C[k], s);
+                int p = P[k], q = Q[k];
+                float c = C[k], x = V[r * ld + p], y = V[r * ld + q];
+                V[r * ld + p] = c * x - s * y;
+                V[r * ld + q] = fmaf(s, x, c * y);
             }
-            MC_BARRIER();
-            for (int e = MC_TID; e < n * pairs; e += MC_NTHREADS) {  // rows: (pair k, column r)
-                int k = e / n, r = e - k * n;
-                float s = S[k];
-                if (s == 0.f) continue;
-                int p = eigh_player(k, step, players), q = eigh_player(players - 1 - k, step, players);
-                if (p > q) {
-                    int t = p;
-                    p = q;
-                    q = t;
-                }
-                eigh_rotate(A + p * ld + r, A + q * ld + r, C[k], s);
-                if (r == p) A[q * ld + p] = 0.f;  // the pair's own entries, zero up to rounding
-                if (r == q) A[p * ld + q] = 0.f;
-            }
-            MC_BARRIER();
+            eigh_sync<WARP>();
         }
-        converged = mc_block_sum(id, rotated, scratch) == 0.f;
+        converged = (WARP ? mc_warp_sum(rotated) : mc_block_sum(id, rotated, scratch)) == 0.f;
     }
-    for (int i = MC_TID; i < n; i += MC_NTHREADS) {
+    for (int i = t; i < n; i += nt) {
         float x = A[i * ld + i];
         int r = 0;
         for (int j = 0; j < n; j++) {
@@ -123,19 +148,41 @@ MC_DEVICE void eigh(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GL
         }
         rank[i] = r;
     }
-    MC_BARRIER();
-    if (MC_TID == 0) info[b] = finite && converged ? 0 : 1;
+    eigh_sync<WARP>();
+    if (t == 0) info[b] = finite && converged ? 0 : 1;
     float nan = mc_inf() - mc_inf();
     MC_GLOBAL T* w = (MC_GLOBAL T*)w_ + b * n;
-    for (int i = MC_TID; i < n; i += MC_NTHREADS) D::store(w + rank[i], finite ? A[i * ld + i] : nan);
+    for (int i = t; i < n; i += nt) D::store(w + rank[i], finite ? A[i * ld + i] : nan);
     if (!vectors) return;
     MC_GLOBAL T* v = (MC_GLOBAL T*)v_ + b * nn;
-    for (int e = MC_TID; e < nn; e += MC_NTHREADS) {
+    for (int e = t; e < nn; e += nt) {
         int r = e / n, i = e - r * n;
         D::store(v + r * n + rank[i], finite ? V[r * ld + i] : nan);
     }
 }
+
+// A block per matrix.
+template <class D>
+MC_DEVICE void eigh(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
+                    MC_GLOBAL int* info, int n, int upper, int vectors, int) {
+    eigh_matrix<D, false>(id, MC_TID, MC_NTHREADS, (MC_GROUP float*)S4, a, w, v, info, n, upper, vectors, MC_BLOCK);
+}
 MC_INSTANTIATE_DYNAMIC(eigh, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
+                        int upper, int vectors, int batch),
+                       (a, w, v, info, n, upper, vectors, batch))
+
+// A warp per matrix, up to order 32: the block's warps each take one.
+template <class D>
+MC_DEVICE void eigh_warp(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
+                         MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
+    int warp = MC_TID >> 5;
+    mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS >> 5) + warp;
+    if (b >= batch) return;  // the whole warp: nothing below waits for the others
+    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * eigh_floats(n, vectors);
+    eigh_matrix<D, true>(id, MC_TID & 31, 32, M, a, w, v, info, n, upper, vectors, b);
+}
+MC_INSTANTIATE_DYNAMIC(eigh_warp, float4, ,
                        (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
                         int upper, int vectors, int batch),
                        (a, w, v, info, n, upper, vectors, batch))

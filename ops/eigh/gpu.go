@@ -2,30 +2,52 @@ package eigh
 
 import "metalcore/internal/core"
 
-// launch is a GPU launch for one call: its blocks (a matrix each), threads
-// a block and shared bytes.
-type launch struct{ blocks, threads, shared int }
+// launch is a GPU launch for one call: the kernel, its blocks, threads a
+// block and shared bytes.
+type launch struct {
+	kernel                  string
+	blocks, threads, shared int
+}
 
+// Up to warpOrder a warp per matrix, up to warpsPerBlock of them a block;
 // blockSumScratch is the dialect's MC_BLOCK_SUM_SCRATCH.
-const blockSumScratch = 33
+const (
+	warpOrder       = 32
+	warpsPerBlock   = 4
+	blockSumScratch = 33
+)
 
-// gpuLaunch is the launch for s, or an unsupported-layout error where the
-// matrix, its eigenvectors and the rotations would pass most bytes of
-// shared memory (eigh.cu's layout).
-func gpuLaunch(s shapes, most int) (launch, error) {
-	n, half := s.n, (s.n+1)/2
+// matrixBytes is the shared memory one matrix takes (eigh.cu's
+// eigh_floats): A and, where wanted, V at n (n + 1) floats each, each
+// pair's rotation and indices, the ranks and a reduction's scratch.
+func matrixBytes(s shapes) int {
 	mats := 1
 	if s.vectors {
 		mats = 2
 	}
-	shared := (mats*n*(n+1) + 2*half + blockSumScratch + n) * 4
-	if shared > most {
+	return (mats*s.n*(s.n+1) + 4*((s.n+1)/2) + s.n + blockSumScratch) * 4
+}
+
+// gpuLaunch is the launch for s, or an unsupported-layout error where one
+// matrix would pass most bytes of shared memory.
+func gpuLaunch(s shapes, most int) (launch, error) {
+	n, per := s.n, matrixBytes(s)
+	if per > most {
 		return launch{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; with their eigenvectors "+
-			"they need %d bytes of the GPU's shared memory, and the kernel takes up to %d", n, n, shared, most)
+			"they need %d bytes of the GPU's shared memory, and the kernel takes up to %d", n, n, per, most)
 	}
-	// a thread for each (row, pair) of a rotation step, in whole warps, up to 512
-	threads := min(max((n*half+31)/32*32, 32), 512)
-	return launch{s.batch, threads, shared}, nil
+	if n <= warpOrder {
+		warps := max(1, min(warpsPerBlock, most/per))
+		return launch{"eigh_warp", (s.batch + warps - 1) / warps, 32 * warps, warps * per}, nil
+	}
+	// a thread for each 2 x 2 block between pairs and each (row of V, pair)
+	// of a step, in whole warps, up to 512
+	pairs := (n + 1) / 2
+	items := pairs * (pairs - 1) / 2
+	if s.vectors {
+		items += n * pairs
+	}
+	return launch{"eigh", s.batch, min((items+31)/32*32, 512), per}, nil
 }
 
 func vectorsFlag(s shapes) int {

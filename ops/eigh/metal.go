@@ -22,9 +22,9 @@ func init() {
 		if err != nil {
 			return err
 		}
-		kernel := dialect.Kernel("eigh", a.DType)
-		// the kernel loops over its threads
-		if l.threads, err = p.WarpThreads("mc_eigh", kernel, l.threads, true); err != nil {
+		kernel := dialect.Kernel(l.kernel, a.DType)
+		// the block kernel loops over its threads; the warp kernel needs its SIMD groups whole
+		if l.threads, err = p.WarpThreads("mc_eigh", kernel, l.threads, l.kernel == "eigh"); err != nil {
 			return err
 		}
 		vb := metal.Buf(w) // bound where no eigenvectors are wanted, never written
