@@ -31,9 +31,10 @@ MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x
 
 // The floats of shared memory one matrix takes: A and V (n (n + 1) each,
 // V only where wanted), each pair's cosine, sine and indices, the ranks,
-// and mc_block_sum's scratch (ops/eigh/gpu.go's size).
+// the pairs of pairs, and mc_block_sum's scratch (ops/eigh/gpu.go's size).
 MC_DEVICE int eigh_floats(int n, int vectors) {
-    return n * (n + 1) * (vectors ? 2 : 1) + 4 * ((n + 1) / 2) + n + MC_BLOCK_SUM_SCRATCH;
+    int pairs = (n + 1) / 2;
+    return n * (n + 1) * (vectors ? 2 : 1) + 4 * pairs + n + pairs * (pairs - 1) / 2 + MC_BLOCK_SUM_SCRATCH;
 }
 
 template <bool WARP> MC_DEVICE void eigh_sync() {
@@ -55,7 +56,8 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
     MC_GROUP int* P = (MC_GROUP int*)(S + pairs);  // each pair's indices this step
     MC_GROUP int* Q = P + pairs;
     MC_GROUP int* rank = Q + pairs;
-    MC_GROUP float* scratch = (MC_GROUP float*)(rank + n);
+    MC_GROUP int* K = rank + n;  // block e's pairs (k, k2), k < k2, as k | k2 << 16
+    MC_GROUP float* scratch = (MC_GROUP float*)(K + blocks);
     MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * nn;
     float bad = 0.f, inv_n = 1.f / (float)n;
     for (int e = t; e < nn; e += nt) {
@@ -66,6 +68,12 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
             if (!(x * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
         }
         if (vectors) V[r * ld + c] = r == c ? 1.f : 0.f;
+    }
+    for (int e = t; e < blocks; e += nt) {  // e = k2 (k2 - 1) / 2 + k
+        int k2 = (int)((1.f + sqrtf(1.f + 8.f * (float)e)) * 0.5f);
+        if (k2 * (k2 - 1) / 2 > e) k2--;
+        if ((k2 + 1) * k2 / 2 <= e) k2++;
+        K[e] = (e - k2 * (k2 - 1) / 2) | k2 << 16;
     }
     eigh_sync<WARP>();
     bool finite = (WARP ? mc_warp_sum(bad) : mc_block_sum(id, bad, scratch)) == 0.f;
@@ -103,11 +111,8 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                 Q[k] = q;
             }
             eigh_sync<WARP>();
-            for (int e = t; e < blocks; e += nt) {  // the block of pairs (k, k2), k < k2: e = k2 (k2 - 1) / 2 + k
-                int k2 = (int)((1.f + sqrtf(1.f + 8.f * (float)e)) * 0.5f);
-                if (k2 * (k2 - 1) / 2 > e) k2--;
-                if ((k2 + 1) * k2 / 2 <= e) k2++;
-                int k = e - k2 * (k2 - 1) / 2;
+            for (int e = t; e < blocks; e += nt) {  // the block of pairs (k, k2)
+                int k = K[e] & 0xffff, k2 = K[e] >> 16;
                 float c = C[k], s = S[k], c2 = C[k2], s2 = S[k2];
                 if (s == 0.f && s2 == 0.f) continue;
                 int p = P[k], q = Q[k], p2 = P[k2], q2 = Q[k2];

@@ -19,13 +19,15 @@ const (
 
 // matrixBytes is the shared memory one matrix takes (eigh.cu's
 // eigh_floats): A and, where wanted, V at n (n + 1) floats each, each
-// pair's rotation and indices, the ranks and a reduction's scratch.
+// pair's rotation and indices, the ranks, the pairs of pairs and a
+// reduction's scratch.
 func matrixBytes(s shapes) int {
 	mats := 1
 	if s.vectors {
 		mats = 2
 	}
-	return (mats*s.n*(s.n+1) + 4*((s.n+1)/2) + s.n + blockSumScratch) * 4
+	pairs := (s.n + 1) / 2
+	return (mats*s.n*(s.n+1) + 4*pairs + s.n + pairs*(pairs-1)/2 + blockSumScratch) * 4
 }
 
 // gpuLaunch is the launch for s, or an unsupported-layout error where one

@@ -203,7 +203,8 @@ def systems(A, B, left, raising_as=None):
 
 
 # What mc_eigh's GPU kernel holds on chip: the matrix (and its eigenvectors)
-# at n (n + 1) floats each, and a little more (ops/eigh/gpu.go). On the CPU
+# at n (n + 1) floats each, and a little more (ops/eigh/gpu.go's
+# matrixBytes). On the CPU
 # Jacobi rotations past order 32 are slower than PyTorch's LAPACK
 # (bench/linalg.md), which computes those.
 _EIGH_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
@@ -224,7 +225,8 @@ def eigh_refused(A, UPLO="L", vectors=True):
     most = _EIGH_SHARED.get(A.device.type)
     if most is None:
         return f"order above {_EIGH_CPU_ORDER}" if n > _EIGH_CPU_ORDER else None
-    if ((2 if vectors else 1) * n * (n + 1) + 2 * ((n + 1) // 2) + 33 + n) * 4 > most:
+    pairs = (n + 1) // 2
+    if ((2 if vectors else 1) * n * (n + 1) + 4 * pairs + n + pairs * (pairs - 1) // 2 + 33) * 4 > most:
         return f"order {n} beyond what the GPU kernel holds"
     return None
 
