@@ -9,6 +9,12 @@ import (
 	"metalcore/internal/core"
 )
 
+// LaunchBlocks launches l's kernel for dt on dev's stream with args
+// (LaunchShared), failures as Backend's.
+func LaunchBlocks(dev int, stream unsafe.Pointer, l dialect.Blocks, dt core.DType, args ...uint64) error {
+	return Backend(LaunchShared(dev, stream, dialect.Kernel(l.Kernel, dt), l.Blocks, l.Threads, l.Shared, args...))
+}
+
 // Kernel parameter slots (8 bytes each; narrower values in the low bytes).
 func Ptr(p unsafe.Pointer) uint64 { return uint64(uintptr(p)) }
 func I64(v int64) uint64          { return uint64(v) }

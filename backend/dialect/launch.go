@@ -15,6 +15,16 @@ var dtypeSuffix = map[core.DType]string{core.F32: "_f32", core.F16: "_f16", core
 // Kernel is the name of kernel family name instantiated for dt.
 func Kernel(name string, dt core.DType) string { return name + dtypeSuffix[dt] }
 
+// Blocks is a launch of kernel family Kernel over Blocks blocks of Threads
+// threads with Shared bytes of dynamic shared memory; Loops says the kernel
+// loops over its threads, so that a Metal device may give it fewer (a
+// kernel of whole warps, one matrix each, must get them all).
+type Blocks struct {
+	Kernel                  string
+	Blocks, Threads, Shared int
+	Loops                   bool
+}
+
 // RowThreads is the block size of a row kernel giving each thread about
 // `pieces` 16-byte pieces of a row, in whole warps, 32 to 1024.
 func RowThreads(cols int, dt core.DType, pieces int) int {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -170,6 +171,23 @@ func (p *Plan) WarpThreads(fn, kernel string, want int, shrinks bool) (int, erro
 			"it needs %d", fn, kernel, got, want)
 	}
 	return got, nil
+}
+
+// DispatchBlocks encodes l's kernel for dt with args on the encoder enc
+// (threads as WarpThreads gives them, fn naming the library function in
+// its error).
+func DispatchBlocks(enc unsafe.Pointer, fn string, l dialect.Blocks, dt core.DType, args ...Arg) error {
+	p, err := NewPlan(enc)
+	if err != nil {
+		return err
+	}
+	kernel := dialect.Kernel(l.Kernel, dt)
+	threads, err := p.WarpThreads(fn, kernel, l.Threads, l.Loops)
+	if err != nil {
+		return err
+	}
+	p.DispatchWith(kernel, l.Blocks, threads, l.Shared, nil, args...)
+	return p.Encode()
 }
 
 // Address is the GPU address of byte offset of buffer (AdamW's tensor

@@ -5,7 +5,6 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
-	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -19,8 +18,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(k.kernel, a.DType), k.blocks,
-			k.threads, k.shared, cuda.Ptr(a.Base), cuda.Ptr(l.Base), cuda.Ptr(info.Base), cuda.I32(s.n),
-			cuda.I32(k.upper), cuda.I32(s.batch)))
+		return cuda.LaunchBlocks(int(a.DeviceID), enc, k, a.DType, cuda.Ptr(a.Base), cuda.Ptr(l.Base),
+			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upperFlag(s)), cuda.I32(s.batch))
 	})
 }

@@ -1,6 +1,9 @@
 package cholesky
 
-import "metalcore/internal/core"
+import (
+	"metalcore/backend/dialect"
+	"metalcore/internal/core"
+)
 
 // warpOrder is the largest order the warp kernel takes (a row a lane);
 // warpsPerBlock its matrices a block.
@@ -9,30 +12,28 @@ const (
 	warpsPerBlock = 4
 )
 
-// launch is a GPU launch for one call: the kernel, its blocks, threads a
-// block and shared bytes, and the kernels' upper argument.
-type launch struct {
-	kernel                         string
-	blocks, threads, shared, upper int
-}
-
 // gpuLaunch is the launch for s, or an unsupported-layout error past order
 // most. Up to warpOrder a warp per matrix (32 x 33 floats of shared memory
 // each), above a block per matrix.
-func gpuLaunch(s shapes, most int) (launch, error) {
+func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
 	n := s.n
 	if n > most {
-		return launch{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; the GPU kernel "+
+		return dialect.Blocks{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; the GPU kernel "+
 			"takes up to %d x %d", n, n, most, most)
 	}
-	l := launch{kernel: "cholesky_warp", blocks: (s.batch + warpsPerBlock - 1) / warpsPerBlock,
-		threads: 32 * warpsPerBlock, shared: warpsPerBlock * 32 * 33 * 4}
 	if n > warpOrder {
-		// whole warps (the kernel's rows go a warp each), one for every 8 rows
-		l = launch{kernel: "cholesky", blocks: s.batch, threads: 32 * min(n/8, 16), shared: n * (n + 1) * 4}
+		// whole warps (the kernel's rows go a warp each), one for every 8 rows; it loops over its warps
+		return dialect.Blocks{Kernel: "cholesky", Blocks: s.batch, Threads: 32 * min(n/8, 16), Shared: n * (n + 1) * 4,
+			Loops: true}, nil
 	}
+	return dialect.Blocks{Kernel: "cholesky_warp", Blocks: (s.batch + warpsPerBlock - 1) / warpsPerBlock,
+		Threads: 32 * warpsPerBlock, Shared: warpsPerBlock * 32 * 33 * 4}, nil
+}
+
+// upperFlag is the kernels' upper argument.
+func upperFlag(s shapes) int {
 	if s.upper {
-		l.upper = 1
+		return 1
 	}
-	return l, nil
+	return 0
 }

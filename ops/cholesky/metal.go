@@ -3,7 +3,6 @@ package cholesky
 import (
 	"unsafe"
 
-	"metalcore/backend/dialect"
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
 )
@@ -18,17 +17,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		p, err := metal.NewPlan(enc)
-		if err != nil {
-			return err
-		}
-		kernel := dialect.Kernel(k.kernel, a.DType)
-		// the block kernel loops over its warps
-		if k.threads, err = p.WarpThreads("mc_cholesky", kernel, k.threads, k.kernel == "cholesky"); err != nil {
-			return err
-		}
-		p.DispatchWith(kernel, k.blocks, k.threads, k.shared, nil, metal.Buf(a), metal.Buf(l), metal.Buf(info),
-			metal.I32(s.n), metal.I32(k.upper), metal.I32(s.batch))
-		return p.Encode()
+		return metal.DispatchBlocks(enc, "mc_cholesky", k, a.DType, metal.Buf(a), metal.Buf(l), metal.Buf(info),
+			metal.I32(s.n), metal.I32(upperFlag(s)), metal.I32(s.batch))
 	})
 }

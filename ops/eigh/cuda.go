@@ -5,7 +5,6 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
-	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -27,8 +26,7 @@ func init() {
 		if v != nil {
 			vp = v.Base
 		}
-		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(l.kernel, a.DType), l.blocks,
-			l.threads, l.shared, cuda.Ptr(a.Base), cuda.Ptr(w.Base), cuda.Ptr(vp), cuda.Ptr(info.Base),
-			cuda.I32(s.n), cuda.I32(upperFlag(s)), cuda.I32(vectorsFlag(s)), cuda.I32(s.batch)))
+		return cuda.LaunchBlocks(int(a.DeviceID), enc, l, a.DType, cuda.Ptr(a.Base), cuda.Ptr(w.Base), cuda.Ptr(vp),
+			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upperFlag(s)), cuda.I32(vectorsFlag(s)), cuda.I32(s.batch))
 	})
 }

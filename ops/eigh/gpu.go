@@ -1,13 +1,9 @@
 package eigh
 
-import "metalcore/internal/core"
-
-// launch is a GPU launch for one call: the kernel, its blocks, threads a
-// block and shared bytes.
-type launch struct {
-	kernel                  string
-	blocks, threads, shared int
-}
+import (
+	"metalcore/backend/dialect"
+	"metalcore/internal/core"
+)
 
 // Up to warpOrder a warp per matrix, up to warpsPerBlock of them a block;
 // blockSumScratch is the dialect's MC_BLOCK_SUM_SCRATCH.
@@ -32,15 +28,16 @@ func matrixBytes(s shapes) int {
 
 // gpuLaunch is the launch for s, or an unsupported-layout error where one
 // matrix would pass most bytes of shared memory.
-func gpuLaunch(s shapes, most int) (launch, error) {
+func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
 	n, per := s.n, matrixBytes(s)
 	if per > most {
-		return launch{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; with their eigenvectors "+
+		return dialect.Blocks{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; with their eigenvectors "+
 			"they need %d bytes of the GPU's shared memory, and the kernel takes up to %d", n, n, per, most)
 	}
 	if n <= warpOrder {
 		warps := max(1, min(warpsPerBlock, most/per))
-		return launch{"eigh_warp", (s.batch + warps - 1) / warps, 32 * warps, warps * per}, nil
+		return dialect.Blocks{Kernel: "eigh_warp", Blocks: (s.batch + warps - 1) / warps, Threads: 32 * warps,
+			Shared: warps * per}, nil
 	}
 	// a thread for each 2 x 2 block between pairs and each (row of V, pair)
 	// of a step, in whole warps, up to 512
@@ -49,7 +46,7 @@ func gpuLaunch(s shapes, most int) (launch, error) {
 	if s.vectors {
 		items += n * pairs
 	}
-	return launch{"eigh", s.batch, min((items+31)/32*32, 512), per}, nil
+	return dialect.Blocks{Kernel: "eigh", Blocks: s.batch, Threads: min((items+31)/32*32, 512), Shared: per, Loops: true}, nil
 }
 
 func vectorsFlag(s shapes) int {

@@ -3,7 +3,6 @@ package eigh
 import (
 	"unsafe"
 
-	"metalcore/backend/dialect"
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
 )
@@ -18,21 +17,11 @@ func init() {
 		if err != nil {
 			return err
 		}
-		p, err := metal.NewPlan(enc)
-		if err != nil {
-			return err
-		}
-		kernel := dialect.Kernel(l.kernel, a.DType)
-		// the block kernel loops over its threads; the warp kernel needs its SIMD groups whole
-		if l.threads, err = p.WarpThreads("mc_eigh", kernel, l.threads, l.kernel == "eigh"); err != nil {
-			return err
-		}
 		vb := metal.Buf(w) // bound where no eigenvectors are wanted, never written
 		if v != nil {
 			vb = metal.Buf(v)
 		}
-		p.DispatchWith(kernel, l.blocks, l.threads, l.shared, nil, metal.Buf(a), metal.Buf(w), vb, metal.Buf(info),
+		return metal.DispatchBlocks(enc, "mc_eigh", l, a.DType, metal.Buf(a), metal.Buf(w), vb, metal.Buf(info),
 			metal.I32(s.n), metal.I32(upperFlag(s)), metal.I32(vectorsFlag(s)), metal.I32(s.batch))
-		return p.Encode()
 	})
 }

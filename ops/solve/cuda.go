@@ -5,7 +5,6 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
-	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -23,8 +22,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		return cuda.Backend(cuda.LaunchShared(int(a.DeviceID), enc, dialect.Kernel(l.kernel, a.DType), l.blocks,
-			l.threads, l.shared, cuda.Ptr(a.Base), cuda.Ptr(b.Base), cuda.Ptr(x.Base), cuda.Ptr(info.Base),
-			cuda.I32(s.n), cuda.I32(s.k), cuda.I32(s.batch)))
+		return cuda.LaunchBlocks(int(a.DeviceID), enc, l, a.DType, cuda.Ptr(a.Base), cuda.Ptr(b.Base), cuda.Ptr(x.Base),
+			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(s.k), cuda.I32(s.batch))
 	})
 }

@@ -3,7 +3,6 @@ package solve
 import (
 	"unsafe"
 
-	"metalcore/backend/dialect"
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
 )
@@ -18,17 +17,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		p, err := metal.NewPlan(enc)
-		if err != nil {
-			return err
-		}
-		kernel := dialect.Kernel(l.kernel, a.DType)
-		// the block kernel loops over its threads
-		if l.threads, err = p.WarpThreads("mc_solve", kernel, l.threads, l.kernel == "solve_block"); err != nil {
-			return err
-		}
-		p.DispatchWith(kernel, l.blocks, l.threads, l.shared, nil, metal.Buf(a), metal.Buf(b), metal.Buf(x),
+		return metal.DispatchBlocks(enc, "mc_solve", l, a.DType, metal.Buf(a), metal.Buf(b), metal.Buf(x),
 			metal.Buf(info), metal.I32(s.n), metal.I32(s.k), metal.I32(s.batch))
-		return p.Encode()
 	})
 }
