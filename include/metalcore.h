@@ -321,10 +321,10 @@ mc_status mc_solve(const mc_tensor* a, const mc_tensor* b, mc_tensor* x, mc_tens
  * by cyclic Jacobi rotations in float32 (16-bit inputs converted). info
  * [...] (int32, one per matrix): 0, or 1 where A holds a NaN or an infinity
  * (its w and v are then NaN) or the rotations did not converge. a, w, v: one
- * float dtype, contiguous, not overlapping. The GPU kernel holds a matrix
- * and its eigenvectors in on-chip memory (n (n + 1) floats each): n up to
- * 158 on CUDA and 62 on Metal (eigenvalues alone: 224 and 88), larger ones
- * MC_ERR_UNSUPPORTED_LAYOUT there. */
+ * float dtype, contiguous, not overlapping. The GPU kernels hold a matrix
+ * (and above order 32 its eigenvectors) in on-chip memory, n (n + 1) floats
+ * each: n up to 153 on CUDA and 60 on Metal (eigenvalues alone: 211 and
+ * 83), larger ones MC_ERR_UNSUPPORTED_LAYOUT there. */
 mc_status mc_eigh(const mc_tensor* a, int32_t upper, mc_tensor* w, mc_tensor* v, mc_tensor* info, void* encoder);
 
 mc_status mc_qr_workspace_size(const mc_tensor* a, int32_t mode, int64_t* bytes);

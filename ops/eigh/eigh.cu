@@ -1,7 +1,8 @@
 // Batched symmetric eigendecomposition by parallel cyclic Jacobi: a matrix
-// (its upper triangle) and its eigenvectors in shared memory, row stride
-// n + 1; a warp per matrix up to order 32 (eigh_warp, several a block),
-// a block per matrix above (eigh). A sweep is the players - 1 steps of the
+// (its upper triangle) in shared memory, row stride n + 1; a warp per
+// matrix up to order 32 (eigh_warp16, eigh_warp: several a block), each
+// lane holding its row of V in registers, a block per matrix above (eigh),
+// V in shared memory. A sweep is the players - 1 steps of the
 // round-robin tournament over the n indices (rounded up to even: the
 // extra one a bye), each step rotating its disjoint pairs at once in two
 // phases: each pair's thread chooses its rotation (none where a_pq is zero
@@ -29,12 +30,12 @@ MC_DEVICE void eigh_pair(int k, int step, int players, MC_THREAD int& p, MC_THRE
 
 MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x); }
 
-// The floats of shared memory one matrix takes: A and V (n (n + 1) each,
-// V only where wanted), each pair's cosine, sine and indices, the ranks,
-// the pairs of pairs, and mc_block_sum's scratch (ops/eigh/gpu.go's size).
-MC_DEVICE int eigh_floats(int n, int vectors) {
-    int pairs = (n + 1) / 2;
-    return n * (n + 1) * (vectors ? 2 : 1) + 4 * pairs + n + pairs * (pairs - 1) / 2 + MC_BLOCK_SUM_SCRATCH;
+// The floats of shared memory one matrix takes: A and, in shared memory,
+// V (n (n + 1) each), each pair's cosine, two sines and indices, the
+// ranks, the pairs of pairs, and mc_block_sum's scratch (ops/eigh/gpu.go's
+// matrixBytes).
+MC_DEVICE int eigh_floats(int n, bool shared_v, int pairs) {
+    return n * (n + 1) * (shared_v ? 2 : 1) + 5 * pairs + n + pairs * (pairs - 1) / 2 + MC_BLOCK_SUM_SCRATCH;
 }
 
 template <bool WARP> MC_DEVICE void eigh_sync() {
@@ -42,18 +43,28 @@ template <bool WARP> MC_DEVICE void eigh_sync() {
     else MC_BARRIER();
 }
 
-// Matrix b of a, its shared memory at M, by threads t of nt (a warp, or
-// the block).
-template <class D, bool WARP>
+// The tournament's players for a matrix of order n: REG where V is in
+// registers (a warp's kernel: REG - n byes), else n rounded up to even.
+template <int REG> MC_DEVICE int eigh_players(int n) { return REG > 0 ? REG : 2 * ((n + 1) / 2); }
+
+// Matrix b of a, its shared memory at M, by threads t of nt: the block
+// (REG 0), or a warp (REG 16 or 32 players, lane t keeping row t of V in
+// vr, slot j the column of the index at tournament position j: a step's
+// pair k is slots k and REG - 1 - k, and the slots turn as the positions
+// do, back to the identity at the end of a sweep).
+template <class D, int REG>
 MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL const void* a_, MC_GLOBAL void* w_,
                            MC_GLOBAL void* v_, MC_GLOBAL int* info, int n, int upper, int vectors, mc_i64 b) {
     typedef typename D::T T;
-    int ld = n + 1, nn = n * n, pairs = (n + 1) / 2, players = 2 * pairs, blocks = pairs * (pairs - 1) / 2;
+    const bool WARP = REG > 0;
+    int ld = n + 1, nn = n * n, players = eigh_players<REG>(n), pairs = players / 2, blocks = pairs * (pairs - 1) / 2;
+    bool shared_v = vectors && !WARP;
     MC_GROUP float* A = M;
     MC_GROUP float* V = A + n * ld;
-    MC_GROUP float* C = V + (vectors ? n * ld : 0);
+    MC_GROUP float* C = V + (shared_v ? n * ld : 0);
     MC_GROUP float* S = C + pairs;
-    MC_GROUP int* P = (MC_GROUP int*)(S + pairs);  // each pair's indices this step
+    MC_GROUP float* SO = S + pairs;                 // the sine for the pair's slots in the order k, REG - 1 - k
+    MC_GROUP int* P = (MC_GROUP int*)(SO + pairs);  // each pair's indices this step
     MC_GROUP int* Q = P + pairs;
     MC_GROUP int* rank = Q + pairs;
     MC_GROUP int* K = rank + n;  // block e's pairs (k, k2), k < k2, as k | k2 << 16
@@ -67,8 +78,11 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
             A[upper ? r * ld + c : c * ld + r] = x;
             if (!(x * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
         }
-        if (vectors) V[r * ld + c] = r == c ? 1.f : 0.f;
+        if (shared_v) V[r * ld + c] = r == c ? 1.f : 0.f;
     }
+    float vr[REG > 0 ? REG : 1];
+#pragma unroll
+    for (int j = 0; j < (REG > 0 ? REG : 1); j++) vr[j] = t == j ? 1.f : 0.f;
     for (int e = t; e < blocks; e += nt) {  // e = k2 (k2 - 1) / 2 + k
         int k2 = (int)((1.f + sqrtf(1.f + 8.f * (float)e)) * 0.5f);
         if (k2 * (k2 - 1) / 2 > e) k2--;
@@ -107,6 +121,7 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                 }
                 C[k] = c;
                 S[k] = s;
+                SO[k] = eigh_player(k, step, players) == p ? s : -s;
                 P[k] = p;
                 Q[k] = q;
             }
@@ -119,19 +134,32 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                 // entry (x, y) of the block sits at (min, max): x and y are of different pairs
                 int i00 = p < p2 ? p * ld + p2 : p2 * ld + p, i01 = p < q2 ? p * ld + q2 : q2 * ld + p;
                 int i10 = q < p2 ? q * ld + p2 : p2 * ld + q, i11 = q < q2 ? q * ld + q2 : q2 * ld + q;
-                bool hq = q < n, hq2 = q2 < n;  // byes have no entries
-                float b00 = A[i00], b01 = hq2 ? A[i01] : 0.f, b10 = hq ? A[i10] : 0.f;
-                float b11 = hq && hq2 ? A[i11] : 0.f;
+                bool h00 = p < n && p2 < n, h01 = p < n && q2 < n;  // byes have no entries
+                bool h10 = q < n && p2 < n, h11 = q < n && q2 < n;
+                float b00 = h00 ? A[i00] : 0.f, b01 = h01 ? A[i01] : 0.f, b10 = h10 ? A[i10] : 0.f;
+                float b11 = h11 ? A[i11] : 0.f;
                 float x0 = c2 * b00 - s2 * b01, x1 = fmaf(s2, b00, c2 * b01);  // B J_k2
                 float y0 = c2 * b10 - s2 * b11, y1 = fmaf(s2, b10, c2 * b11);
-                A[i00] = c * x0 - s * y0;  // J_kᵀ (B J_k2)
-                if (hq2) A[i01] = c * x1 - s * y1;
-                if (hq) A[i10] = fmaf(s, x0, c * y0);
-                if (hq && hq2) A[i11] = fmaf(s, x1, c * y1);
+                if (h00) A[i00] = c * x0 - s * y0;  // J_kᵀ (B J_k2)
+                if (h01) A[i01] = c * x1 - s * y1;
+                if (h10) A[i10] = fmaf(s, x0, c * y0);
+                if (h11) A[i11] = fmaf(s, x1, c * y1);
             }
-            // V J: (row r, pair k) items, k = e / n by a float reciprocal
-            // (exact here: e < 2^16, n < 2^8)
-            for (int e = t; vectors && e < n * pairs; e += nt) {
+            if (WARP && vectors) {  // each lane's row of V: its pairs' slots, then the slots turn
+#pragma unroll
+                for (int k = 0; k < REG / 2; k++) {
+                    float c = C[k], so = SO[k], x = vr[k], y = vr[REG - 1 - k];
+                    vr[k] = c * x - so * y;
+                    vr[REG - 1 - k] = fmaf(so, x, c * y);
+                }
+                float first = vr[1];
+#pragma unroll
+                for (int j = 1; j < REG - 1; j++) vr[j] = vr[j + 1];
+                vr[REG - 1] = first;
+            }
+            // V J in shared memory: (row r, pair k) items, k = e / n by a
+            // float reciprocal (exact here: e < 2^16, n < 2^8)
+            for (int e = t; shared_v && e < n * pairs; e += nt) {
                 int k = (int)(((float)e + 0.5f) * inv_n), r = e - k * n;
                 float s = S[k];
                 if (s == 0.f) continue;
@@ -160,6 +188,13 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
     for (int i = t; i < n; i += nt) D::store(w + rank[i], finite ? A[i * ld + i] : nan);
     if (!vectors) return;
     MC_GLOBAL T* v = (MC_GLOBAL T*)v_ + b * nn;
+    if (WARP) {
+        if (t < n)
+#pragma unroll
+            for (int j = 0; j < (REG > 0 ? REG : 1); j++)
+                if (j < n) D::store(v + t * n + rank[j], finite ? vr[j] : nan);
+        return;
+    }
     for (int e = t; e < nn; e += nt) {
         int r = e / n, i = e - r * n;
         D::store(v + r * n + rank[i], finite ? V[r * ld + i] : nan);
@@ -170,22 +205,37 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
 template <class D>
 MC_DEVICE void eigh(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
                     MC_GLOBAL int* info, int n, int upper, int vectors, int) {
-    eigh_matrix<D, false>(id, MC_TID, MC_NTHREADS, (MC_GROUP float*)S4, a, w, v, info, n, upper, vectors, MC_BLOCK);
+    eigh_matrix<D, 0>(id, MC_TID, MC_NTHREADS, (MC_GROUP float*)S4, a, w, v, info, n, upper, vectors, MC_BLOCK);
 }
 MC_INSTANTIATE_DYNAMIC(eigh, float4, ,
                        (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
                         int upper, int vectors, int batch),
                        (a, w, v, info, n, upper, vectors, batch))
 
-// A warp per matrix, up to order 32: the block's warps each take one.
-template <class D>
-MC_DEVICE void eigh_warp(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
-                         MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
+// A warp per matrix, up to order REG (16 or 32): the block's warps each
+// take one.
+template <class D, int REG>
+MC_DEVICE void eigh_warps(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
+                          MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
     int warp = MC_TID >> 5;
     mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS >> 5) + warp;
     if (b >= batch) return;  // the whole warp: nothing below waits for the others
-    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * eigh_floats(n, vectors);
-    eigh_matrix<D, true>(id, MC_TID & 31, 32, M, a, w, v, info, n, upper, vectors, b);
+    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * eigh_floats(n, false, REG / 2);
+    eigh_matrix<D, REG>(id, MC_TID & 31, 32, M, a, w, v, info, n, upper, vectors, b);
+}
+template <class D>
+MC_DEVICE void eigh_warp16(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
+                           MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
+    eigh_warps<D, 16>(id, S4, a, w, v, info, n, upper, vectors, batch);
+}
+MC_INSTANTIATE_DYNAMIC(eigh_warp16, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
+                        int upper, int vectors, int batch),
+                       (a, w, v, info, n, upper, vectors, batch))
+template <class D>
+MC_DEVICE void eigh_warp(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
+                         MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
+    eigh_warps<D, 32>(id, S4, a, w, v, info, n, upper, vectors, batch);
 }
 MC_INSTANTIATE_DYNAMIC(eigh_warp, float4, ,
                        (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,

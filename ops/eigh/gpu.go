@@ -14,34 +14,39 @@ const (
 )
 
 // matrixBytes is the shared memory one matrix takes (eigh.cu's
-// eigh_floats): A and, where wanted, V at n (n + 1) floats each, each
-// pair's rotation and indices, the ranks, the pairs of pairs and a
-// reduction's scratch.
-func matrixBytes(s shapes) int {
+// eigh_floats) with pairs pairs a step: A and, where V is in shared
+// memory, V at n (n + 1) floats each, each pair's rotation and indices,
+// the ranks, the pairs of pairs and a reduction's scratch.
+func matrixBytes(n int, sharedV bool, pairs int) int {
 	mats := 1
-	if s.vectors {
+	if sharedV {
 		mats = 2
 	}
-	pairs := (s.n + 1) / 2
-	return (mats*s.n*(s.n+1) + 4*pairs + s.n + pairs*(pairs-1)/2 + blockSumScratch) * 4
+	return (mats*n*(n+1) + 5*pairs + n + pairs*(pairs-1)/2 + blockSumScratch) * 4
 }
 
 // gpuLaunch is the launch for s, or an unsupported-layout error where one
 // matrix would pass most bytes of shared memory.
 func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
-	n, per := s.n, matrixBytes(s)
+	n := s.n
+	if n <= warpOrder { // V in each lane's registers: 16 or 32 players (byes past n)
+		kernel, players := "eigh_warp", 32
+		if n <= 16 {
+			kernel, players = "eigh_warp16", 16
+		}
+		per := matrixBytes(n, false, players/2)
+		warps := max(1, min(warpsPerBlock, most/per))
+		return dialect.Blocks{Kernel: kernel, Blocks: (s.batch + warps - 1) / warps, Threads: 32 * warps,
+			Shared: warps * per}, nil
+	}
+	pairs := (n + 1) / 2
+	per := matrixBytes(n, s.vectors, pairs)
 	if per > most {
 		return dialect.Blocks{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; with their eigenvectors "+
 			"they need %d bytes of the GPU's shared memory, and the kernel takes up to %d", n, n, per, most)
 	}
-	if n <= warpOrder {
-		warps := max(1, min(warpsPerBlock, most/per))
-		return dialect.Blocks{Kernel: "eigh_warp", Blocks: (s.batch + warps - 1) / warps, Threads: 32 * warps,
-			Shared: warps * per}, nil
-	}
 	// a thread for each 2 x 2 block between pairs and each (row of V, pair)
 	// of a step, in whole warps, up to 512
-	pairs := (n + 1) / 2
 	items := pairs * (pairs - 1) / 2
 	if s.vectors {
 		items += n * pairs

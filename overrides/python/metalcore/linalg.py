@@ -226,7 +226,7 @@ def eigh_refused(A, UPLO="L", vectors=True):
     if most is None:
         return f"order above {_EIGH_CPU_ORDER}" if n > _EIGH_CPU_ORDER else None
     pairs = (n + 1) // 2
-    if ((2 if vectors else 1) * n * (n + 1) + 4 * pairs + n + pairs * (pairs - 1) // 2 + 33) * 4 > most:
+    if n > 32 and ((2 if vectors else 1) * n * (n + 1) + 5 * pairs + n + pairs * (pairs - 1) // 2 + 33) * 4 > most:
         return f"order {n} beyond what the GPU kernel holds"
     return None
 
