@@ -15,10 +15,12 @@
 #define EIGH_MAX_SWEEPS 40
 #define EIGH_WARPS 4
 
-// The index at position pos of step step of the tournament: position 0
-// stays, the others turn.
+// The index at position pos of step step (< players - 1) of the
+// tournament: position 0 stays, the others turn ((pos - 1 + step) modulo
+// players - 1, without a division).
 MC_DEVICE int eigh_player(int pos, int step, int players) {
-    return pos == 0 ? 0 : (pos - 1 + step) % (players - 1) + 1;
+    int x = pos - 1 + step;
+    return pos == 0 ? 0 : (x >= players - 1 ? x - (players - 1) : x) + 1;
 }
 
 // Pair k of step step: p < q (q may be a bye, n or more).
