@@ -24,6 +24,9 @@ CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
 SOLVE = CHOLESKY
 EIGH = {"cpu": [(5000, 16), (10000, 32), (1000, 64), (200, 128)],
         "cuda": [(5000, 16), (10000, 32), (1000, 64), (100, 128)]}
+# small CUDA batches, where a warp or block a matrix meets PyTorch's batch
+# (the eigh overrides' thresholds, _overrides._eigh_fewest)
+EIGH_SMALL = ([8, 16, 32, 64, 128], [1, 2, 4, 8, 16, 32, 64, 128])
 
 
 def reconstruction(l, a):
@@ -103,6 +106,26 @@ def main():
             row("eigh", f"{batch} x {n} x {n}", lambda: torch.linalg.eigh(a), lambda: metalcore.linalg.eigh(a),
                 lambda r: decomposition(r[0], r[1], a), device, r)
         print()
+        if device == "cuda":
+            small_batches(device)
+
+
+def small_batches(device):
+    """eigh on small CUDA batches: PyTorch's time and metalcore's."""
+    print(f"### {device}: eigh on small batches\n")
+    print("| n | batch | PyTorch ms | metalcore ms | speed |")
+    print("|---:|---:|---:|---:|---:|")
+    orders, batches = EIGH_SMALL
+    for n in orders:
+        for batch in batches:
+            gen = torch.Generator().manual_seed(n + batch)
+            b = torch.randn(batch, n, n, generator=gen)
+            a = (b + b.mT).to(device)
+            rounds = 5 if n > 32 else 10
+            t = harness.timed(lambda: torch.linalg.eigh(a), device, rounds)
+            o = harness.timed(lambda: metalcore.linalg.eigh(a), device, rounds)
+            print(f"| {n} | {batch} | {t:.3f} | {o:.3f} | {t / o:.2f} |")
+    print()
 
 
 if __name__ == "__main__":

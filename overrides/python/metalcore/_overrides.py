@@ -216,13 +216,26 @@ def solve_ex(A, B, *, left=True, check_errors=False, out=None):
     return _fall_back("solve_ex", why, A, B, left=left, check_errors=check_errors)
 
 
+# The fewest matrices of an order that the eigh overrides compute on CUDA,
+# where one warp or block a matrix must beat PyTorch's batch (bench/linalg.md,
+# small batches on the H100): at order 17 to 32 cuSOLVER's batched Jacobi
+# wins below about 256 matrices, and past 64 PyTorch's loop over the batch
+# wins below 4.
+def _eigh_fewest(A):
+    n = A.shape[-1]
+    if A.is_cuda:
+        return 256 if 16 < n <= 32 else 4 if n > 64 else 2
+    return 2  # LAPACK's for one matrix: metalcore's CPU kernel is for batches
+
+
 def _eigh_refused(A, UPLO, vectors, out):
-    """Why the eigh overrides leave A to PyTorch, or None: a single matrix
-    on the CPU is LAPACK's (metalcore's CPU kernel is for batches); under
-    torch.compile PyTorch's (they raise on the data)."""
+    """Why the eigh overrides leave A to PyTorch, or None: batches too small
+    to be faster (_eigh_fewest); under torch.compile PyTorch's (they raise
+    on the data)."""
     why = _off("eigh", A) or ("out=" if out is not None else None) or linalg.eigh_refused(A, UPLO, vectors)
-    if why is None and A.is_cpu and A.numel() <= A.shape[-1] ** 2:
-        why = "one matrix on the CPU"
+    n = A.shape[-1] if why is None else 0
+    if why is None and A.numel() < _eigh_fewest(A) * n * n:
+        why = f"fewer than {_eigh_fewest(A)} matrices of order {n}"
     return why or ("raising under torch.compile" if _lib.compiling() else None)
 
 

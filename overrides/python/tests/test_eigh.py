@@ -115,8 +115,8 @@ def test_pytorch_keeps_the_rest(device):
 
 def test_overrides(device):
     """torch.linalg.eigh and eigvalsh patched: batches are metalcore's
-    (PyTorch's named tuple and error), a single CPU matrix, float64 and
-    out= PyTorch's, counted."""
+    (PyTorch's named tuple and error), a single matrix, float64 and out=
+    PyTorch's, counted, and on CUDA batches too small to be faster."""
     gen = torch.Generator().manual_seed(11)
     _, a = symmetric((4,), 12, torch.float32, device, gen)
     a = a.to(device)
@@ -134,7 +134,11 @@ def test_overrides(device):
         torch.linalg.eigh(a.double())
         torch.linalg.eigvalsh(a, out=torch.empty(a.shape[:-1], device=device))
         torch.linalg.eigh(a[0])
+        _, small = symmetric((8,), 24, torch.float32, device, gen)
+        torch.linalg.eigvalsh(small.to(device))
     fell = metalcore.fallback_counts()["eigh"]
     assert fell.get("dtype float64") == 1 and fell.get("out=") == 1
-    assert fell.get("one matrix on the CPU") == (1 if device == "cpu" else None)
+    assert fell.get("fewer than 2 matrices of order 12") == 1
+    assert fell.get("fewer than 256 matrices of order 24") == (1 if device == "cuda" else None)
+    assert metalcore.call_counts() == {"eigh": 3 + (device == "cpu")}  # with the NaN batch
     assert torch.linalg.eigh is metalcore.linalg._torch_eigh
