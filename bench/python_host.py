@@ -143,7 +143,7 @@ def layer_rows(device):
         ("  _ops.silu (no checks)", lambda: _ops.silu(x, forms)),
         ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x, forms)),
         ("    torch.empty_like", lambda: torch.empty_like(x)),
-        ("    describe x and y (the block kept in their Forms)", lambda: _lib.described_in(forms, "silu_fwd", (x, y))),
+        ("    describe x and y (the block kept in their Forms)", lambda: _lib.described("silu_fwd", (x, y), None, forms.plans)),
         ("    the stream or encoder", lambda: _lib.encoder(x)),
         ("    mc_silu_fwd, descriptors made beforehand", prebuilt),
         ("metalcore.rms_norm, weight requires grad", lambda: metalcore.rms_norm(x, w)),

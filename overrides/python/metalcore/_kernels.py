@@ -9,7 +9,7 @@ import math
 import torch
 
 from . import _lib
-from ._lib import CALLS, check, describe, described, described_in, form, lib, run
+from ._lib import CALLS, check, describe, described, form, lib, run
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -63,7 +63,7 @@ def _row_stats(x, per_row=1):
 # library function (as CALLS does), the forms of the tensors given to it,
 # and what fixes the shapes of those it makes. A call given forms (the
 # Forms _lib.admit gave for its input tensors, in the order it takes them)
-# keeps its plan there, under the rest of that key.
+# keeps its plan in forms.plans, under the rest of that key.
 
 def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     """(y, rstd); rstd None unless want_rstd."""
@@ -71,7 +71,7 @@ def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     rstd = _row_stats(x) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
     tensors = (x, weight, y, rstd)
-    a = described_in(forms, ("rmsnorm_fwd", want_rstd), tensors) if forms else \
+    a = described(("rmsnorm_fwd", want_rstd), tensors, None, forms.plans) if forms else \
         described(("rmsnorm_fwd", form(x), form(weight), want_rstd), tensors)
     run(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3])
     return y, rstd
@@ -100,7 +100,7 @@ def layer_norm(x, weight, bias, eps, want_stats=True, forms=None):
     stats = _row_stats(x, 2) if want_stats else None
     CALLS["layernorm_fwd"] += 1
     tensors = (x, weight, bias, y, stats, stats)
-    a = described_in(forms, ("layernorm_fwd", want_stats), tensors, _STATS_HALVES) if forms else \
+    a = described(("layernorm_fwd", want_stats), tensors, _STATS_HALVES, forms.plans) if forms else \
         described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats), tensors, _STATS_HALVES)
     run(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5])
     return y, stats
@@ -127,7 +127,7 @@ def softmax(x, upcast=False, forms=None):
     """softmax(x) in x's dtype, or float32 (upcast, for a 16-bit x)."""
     y = torch.empty_like(x, dtype=torch.float32) if upcast else torch.empty_like(x)
     CALLS["softmax_fwd"] += 1
-    a = described_in(forms, ("softmax_fwd", upcast), (x, y)) if forms else \
+    a = described(("softmax_fwd", upcast), (x, y), None, forms.plans) if forms else \
         described(("softmax_fwd", form(x), upcast), (x, y))
     run(_softmax_fwd, x, a[0], a[1])
     return y
@@ -147,7 +147,7 @@ def _unary(name, fn, x, forms, *args):
     (named name in CALLS)."""
     CALLS[name] += 1
     y = torch.empty_like(x)
-    a = described_in(forms, name, (x, y)) if forms else described((name, form(x)), (x, y))
+    a = described(name, (x, y), None, forms.plans) if forms else described((name, form(x)), (x, y))
     run(fn, x, a[0], *args, a[1])
     return y
 
@@ -223,7 +223,7 @@ def fused_add_rms_norm(x, residual, weight, eps, forms=None):
     y, out = torch.empty_like(x), torch.empty_like(residual)
     CALLS["fused_add_rmsnorm_fwd"] += 1
     tensors = (x, residual, weight, y, out)
-    a = described_in(forms, "fused_add_rmsnorm_fwd", tensors) if forms else \
+    a = described("fused_add_rmsnorm_fwd", tensors, None, forms.plans) if forms else \
         described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), tensors)
     run(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None)
     return y, out

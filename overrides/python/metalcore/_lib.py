@@ -200,22 +200,25 @@ _plans = _Plans()
 _MAX_PLANS = 256
 
 
-def described(key, tensors, halves=None):
+def described(key, tensors, halves=None, plans=None):
     """The addresses of mc_tensors for tensors (None stays None), in this
     thread's block for key: built on the key's first call, and after that
     only the data pointers are written. key must fix everything else of
     every tensor: the forms of the tensors the caller was given, and
     whatever fixes the shapes of the ones it made. halves: {index: 0 or 1}
-    for the entries described as half 0 or 1 of a tensor (pack_into). MPS
+    for the entries described as half 0 or 1 of a tensor (pack_into).
+    plans: where the block is kept, by key (admitted tensors' Forms.plans,
+    whose forms the key then need not name), else this thread's table. MPS
     tensors (a buffer and an offset, not a pointer) are described afresh
     each call."""
-    plan = _plans.plans.get(key)
+    if plans is None:
+        plans = _plans.plans
+    plan = plans.get(key)
     if plan is None:
         plan = _Plan(tensors, halves)
         if any(t is not None and t.is_mps for t in tensors):
             _plans.fresh = plan  # alive until this thread's next such call, after this call's end
         else:
-            plans = _plans.plans
             if len(plans) >= _MAX_PLANS:
                 plans.clear()
             plans[key] = plan
@@ -495,7 +498,7 @@ class Forms:
     """What this thread knows of one tuple of tensor forms (admit): why
     the library refuses tensors of those forms whatever their data (None:
     it takes them), their element size, and the call plans made for them
-    (described_in), by call."""
+    (described's plans), by call."""
     __slots__ = ("why", "elem", "plans")
 
     def __init__(self, why, elem):
@@ -547,22 +550,6 @@ def admit(first, *others):
         if t is not None and t.data_ptr() % elem:
             return MISALIGNED, None
     return None, forms
-
-
-def described_in(forms, call, tensors, halves=None):
-    """described() for a call on admitted tensors: the plan kept in their
-    Forms under call (which must fix what the forms do not: the library
-    function and whatever fixes the shapes of the tensors it makes)."""
-    plan = forms.plans.get(call)
-    if plan is None:
-        if tensors[0].is_mps:
-            return described((call,), tensors, halves)  # described afresh each call
-        plan = forms.plans[call] = _Plan(tensors, halves)
-        return plan.addresses
-    words = plan.words
-    for k, i in plan.slots:
-        words[k] = tensors[i].data_ptr()
-    return plan.addresses
 
 
 def unsupported_any_layout(x):

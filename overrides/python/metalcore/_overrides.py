@@ -233,9 +233,10 @@ def _eigh_refused(A, UPLO, vectors, out):
     to be faster (_eigh_fewest); under torch.compile PyTorch's (they raise
     on the data)."""
     why = _off("eigh", A) or ("out=" if out is not None else None) or linalg.eigh_refused(A, UPLO, vectors)
-    n = A.shape[-1] if why is None else 0
-    if why is None and A.numel() < _eigh_fewest(A) * n * n:
-        why = f"fewer than {_eigh_fewest(A)} matrices of order {n}"
+    if why is None:
+        n, fewest = A.shape[-1], _eigh_fewest(A)
+        if A.numel() < fewest * n * n:
+            why = f"fewer than {fewest} matrices of order {n}"
     return why or ("raising under torch.compile" if _lib.compiling() else None)
 
 
