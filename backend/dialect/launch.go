@@ -15,6 +15,14 @@ var dtypeSuffix = map[core.DType]string{core.F32: "_f32", core.F16: "_f16", core
 // Kernel is the name of kernel family name instantiated for dt.
 func Kernel(name string, dt core.DType) string { return name + dtypeSuffix[dt] }
 
+// Flag is b as the kernels' int parameters take a bool: 1 or 0.
+func Flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // Blocks is a launch of kernel family Kernel over Blocks blocks of Threads
 // threads with Shared bytes of dynamic shared memory; Loops says the kernel
 // loops over its threads, so that a Metal device may give it fewer (a

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -19,6 +20,6 @@ func init() {
 			return err
 		}
 		return cuda.LaunchBlocks(int(a.DeviceID), enc, k, a.DType, cuda.Ptr(a.Base), cuda.Ptr(l.Base),
-			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upperFlag(s)), cuda.I32(s.batch))
+			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(dialect.Flag(s.upper)), cuda.I32(s.batch))
 	})
 }

@@ -29,11 +29,3 @@ func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
 	return dialect.Blocks{Kernel: "cholesky_warp", Blocks: (s.batch + warpsPerBlock - 1) / warpsPerBlock,
 		Threads: 32 * warpsPerBlock, Shared: warpsPerBlock * 32 * 33 * 4}, nil
 }
-
-// upperFlag is the kernels' upper argument.
-func upperFlag(s shapes) int {
-	if s.upper {
-		return 1
-	}
-	return 0
-}

@@ -3,6 +3,7 @@ package cholesky
 import (
 	"unsafe"
 
+	"metalcore/backend/dialect"
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
 )
@@ -18,6 +19,6 @@ func init() {
 			return err
 		}
 		return metal.DispatchBlocks(enc, "mc_cholesky", k, a.DType, metal.Buf(a), metal.Buf(l), metal.Buf(info),
-			metal.I32(s.n), metal.I32(upperFlag(s)), metal.I32(s.batch))
+			metal.I32(s.n), metal.I32(dialect.Flag(s.upper)), metal.I32(s.batch))
 	})
 }

@@ -68,24 +68,22 @@ type matrixIO struct {
 	a, w, v cpu.Span
 }
 
-// load copies matrix b of a into m as a full symmetric float32 matrix,
-// from the triangle s.upper names (the other one is never read), and says
-// whether every entry is finite.
+// load copies matrix b of a into m as float32, its upper triangle (what
+// the rotations read) from the triangle s.upper names, and says whether
+// every entry of that triangle is finite. The lower triangle is never read.
 func (io matrixIO) load(b int, m []float32) ([]float32, bool) {
 	n := io.s.n
 	copy(m, io.a.At(b*n*n).Load(0, m))
+	var zero float32
 	for i := range n {
-		for j := range i {
-			if io.s.upper {
+		if !io.s.upper {
+			for j := i + 1; j < n; j++ {
 				m[i*n+j] = m[j*n+i]
-			} else {
-				m[j*n+i] = m[i*n+j]
 			}
 		}
-	}
-	var zero float32
-	for _, x := range m {
-		zero += x * 0 // NaN once any entry is not finite
+		for _, x := range m[i*n+i : (i+1)*n] {
+			zero += x * 0 // NaN once an entry is not finite
+		}
 	}
 	return m, zero == 0
 }

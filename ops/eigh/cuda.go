@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cuda"
+	"metalcore/backend/dialect"
 	"metalcore/internal/core"
 )
 
@@ -27,6 +28,6 @@ func init() {
 			vp = v.Base
 		}
 		return cuda.LaunchBlocks(int(a.DeviceID), enc, l, a.DType, cuda.Ptr(a.Base), cuda.Ptr(w.Base), cuda.Ptr(vp),
-			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(upperFlag(s)), cuda.I32(vectorsFlag(s)), cuda.I32(s.batch))
+			cuda.Ptr(info.Base), cuda.I32(s.n), cuda.I32(dialect.Flag(s.upper)), cuda.I32(dialect.Flag(s.vectors)), cuda.I32(s.batch))
 	})
 }

@@ -53,17 +53,3 @@ func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
 	}
 	return dialect.Blocks{Kernel: "eigh", Blocks: s.batch, Threads: min((items+31)/32*32, 512), Shared: per, Loops: true}, nil
 }
-
-func vectorsFlag(s shapes) int {
-	if s.vectors {
-		return 1
-	}
-	return 0
-}
-
-func upperFlag(s shapes) int {
-	if s.upper {
-		return 1
-	}
-	return 0
-}

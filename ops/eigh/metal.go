@@ -3,6 +3,7 @@ package eigh
 import (
 	"unsafe"
 
+	"metalcore/backend/dialect"
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
 )
@@ -22,6 +23,6 @@ func init() {
 			vb = metal.Buf(v)
 		}
 		return metal.DispatchBlocks(enc, "mc_eigh", l, a.DType, metal.Buf(a), metal.Buf(w), vb, metal.Buf(info),
-			metal.I32(s.n), metal.I32(upperFlag(s)), metal.I32(vectorsFlag(s)), metal.I32(s.batch))
+			metal.I32(s.n), metal.I32(dialect.Flag(s.upper)), metal.I32(dialect.Flag(s.vectors)), metal.I32(s.batch))
 	})
 }

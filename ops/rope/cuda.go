@@ -22,13 +22,6 @@ func init() {
 		return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel("rope", x.DType), (pieces+groupThreads-1)/groupThreads,
 			groupThreads, cuda.Ptr(x.Base), cuda.I64(l.xsb), cuda.I64(l.xsh), cuda.I64(l.xst), cuda.Ptr(c.Base),
 			cuda.I64(l.csb), cuda.I64(l.cst), cuda.Ptr(s.Base), cuda.I64(l.ssb), cuda.I64(l.sst), cuda.Ptr(y.Base),
-			cuda.I64(l.ysb), cuda.I64(l.ysh), cuda.I64(l.yst), cuda.I32(l.h), cuda.I32(l.t), cuda.I32(l.half), cuda.I32(flag(l.backward)), cuda.I32(rows)))
+			cuda.I64(l.ysb), cuda.I64(l.ysh), cuda.I64(l.yst), cuda.I32(l.h), cuda.I32(l.t), cuda.I32(l.half), cuda.I32(dialect.Flag(l.backward)), cuda.I32(rows)))
 	})
-}
-
-func flag(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

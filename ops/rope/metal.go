@@ -23,7 +23,7 @@ func init() {
 		threads := p.Threads(kernel, groupThreads)
 		p.Dispatch(kernel, (pieces+threads-1)/threads, threads, metal.Buf(x), metal.I64(l.xsb), metal.I64(l.xsh),
 			metal.I64(l.xst), metal.Buf(c), metal.I64(l.csb), metal.I64(l.cst), metal.Buf(s), metal.I64(l.ssb),
-			metal.I64(l.sst), metal.Buf(y), metal.I64(l.ysb), metal.I64(l.ysh), metal.I64(l.yst), metal.I32(l.h), metal.I32(l.t), metal.I32(l.half), metal.I32(flag(l.backward)),
+			metal.I64(l.sst), metal.Buf(y), metal.I64(l.ysb), metal.I64(l.ysh), metal.I64(l.yst), metal.I32(l.h), metal.I32(l.t), metal.I32(l.half), metal.I32(dialect.Flag(l.backward)),
 			metal.I32(rows))
 		return p.Encode()
 	})
