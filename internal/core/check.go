@@ -25,6 +25,15 @@ func equalShape(a, b []int64) bool {
 	return true
 }
 
+// WantShape requires v (nil: no tensor) to have shape want, which what
+// names ("a's shape without its last dimension").
+func WantShape(v *View, want []int64, what string) error {
+	if v == nil || equalShape(v.Shape, want) {
+		return nil
+	}
+	return Errorf(ErrInvalidArgument, "%s has shape %v; it needs %s, %v", v.Name, v.Shape, what, want)
+}
+
 // SameDType requires every view to have the dtype of the first.
 func SameDType(vs ...*View) error {
 	for _, v := range vs[1:] {

@@ -41,7 +41,7 @@ func Eigh(a *core.Tensor, upper bool, w, v, info *core.Tensor, enc unsafe.Pointe
 	iv := c.Info("info", info)
 	var s shapes
 	c.Check(func() (err error) { s, err = inputShapes(av, upper, vv != nil); return })
-	c.Check(func() error { return eigenvalueShape(av, wv) })
+	c.Check(func() error { return core.WantShape(wv, av.Shape[:len(av.Shape)-1], "a's shape without its last dimension") })
 	c.Check(func() error { return core.SameDType(av, wv) })
 	c.Check(func() error { return core.LikeX(av, vv) })
 	c.Check(func() error { return core.WantContiguous(av, wv, vv, iv) })
@@ -64,20 +64,4 @@ func inputShapes(a *core.View, upper, vectors bool) (shapes, error) {
 		s.batch *= int(d)
 	}
 	return s, nil
-}
-
-// eigenvalueShape requires w to be a's shape without its last dimension.
-func eigenvalueShape(a, w *core.View) error {
-	want := a.Shape[:len(a.Shape)-1]
-	if len(w.Shape) == len(want) {
-		same := true
-		for i := range want {
-			same = same && w.Shape[i] == want[i]
-		}
-		if same {
-			return nil
-		}
-	}
-	return core.Errorf(core.ErrInvalidArgument, "w has shape %v; it needs a's shape without its last dimension, %v",
-		w.Shape, want)
 }

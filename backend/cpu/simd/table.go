@@ -24,6 +24,7 @@ type Table struct {
 	CholeskyKernels
 	SolveKernels
 	EighKernels
+	SVDKernels
 	Conversions
 }
 
@@ -139,6 +140,20 @@ type EighKernels struct {
 	// is 0 where lane l converged, 1 where it still rotated in the last
 	// sweep. Nil in the portable table.
 	EighLanes func(a []float32, n int, v []float32, maxSweeps int, info []int32)
+}
+
+// SVDKernels are batched singular value decomposition's primitive.
+type SVDKernels struct {
+	// SVDLanes rotates Lanes matrices' columns at once, one matrix per
+	// lane, by one-sided Jacobi: b interleaved (element e of matrix l at
+	// b[e*Lanes+l]), each rows x cols (rows >= cols) by columns (element i
+	// of column j at e = j*rows+i), rotated in place until every pair of
+	// columns x, y has |x·y| <= tol ‖x‖ ‖y‖; v (cols*cols*Lanes floats)
+	// gets the product of the rotations, by columns likewise. At most
+	// maxSweeps sweeps; info[l] (Lanes of them) is 0 where lane l
+	// converged, 1 where it still rotated in the last sweep. Nil in the
+	// portable table.
+	SVDLanes func(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32)
 }
 
 // Conversions are the 16-bit formats to and from float32.

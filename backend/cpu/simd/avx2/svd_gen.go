@@ -1,0 +1,75 @@
+// Code generated from ../avx512/svd.go by go generate; DO NOT EDIT.
+
+//go:build goexperiment.simd && amd64
+
+package avx2
+
+import (
+	"math"
+	"simd/archsimd"
+)
+
+// svdLanes is simd.Table.SVDLanes: one-sided Jacobi on W matrices at once,
+// the same pair of columns (p, q) in every lane and each lane's rotation
+// its own: none where its columns are orthogonal to tol, else the one that
+// makes them orthogonal, t = sign(ζ) / (|ζ| + √(1 + ζ²)) with
+// ζ = (‖y‖² - ‖x‖²) / (2 x·y). A sweep takes every pair in row order; the
+// sweeps end once no lane rotated in one.
+func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32) {
+	info = info[:W]
+	col, vcol := rows*W, cols*W
+	if cols == 0 {
+		clear(info)
+		return
+	}
+	_ = b[cols*col-1]
+	clear(v[:cols*vcol])
+	for i := range cols {
+		store(splat(1), v, i*vcol+i*W)
+	}
+	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
+	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
+	one, half, tolv := splat(1), splat(0.5), splat(tol)
+	var rotated uint64 // the lanes that rotated in this sweep
+	for range maxSweeps {
+		rotated = 0
+		for p := 0; p < cols-1; p++ {
+			for q := p + 1; q < cols; q++ {
+				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
+				var alpha, beta, gamma vf
+				for i := 0; i < col; i += W {
+					x, y := load(xs, i), load(ys, i)
+					alpha, beta, gamma = x.MulAdd(x, alpha), y.MulAdd(y, beta), x.MulAdd(y, gamma)
+				}
+				turn := abs(gamma).Greater(tolv.Mul(alpha.Mul(beta).Sqrt()))
+				if turn.ToBits() == 0 {
+					continue
+				}
+				zeta := half.Mul(beta.Sub(alpha)).Div(gamma)
+				t := one.Div(abs(zeta).Add(zeta.MulAdd(zeta, one).Sqrt()))
+				t = asF(asI(t).Or(asI(zeta).And(signBit)))
+				t = t.Merge(zero(), turn)
+				moved := uint64(lanes(W).ToBits() &^ t.Equal(zero()).ToBits())
+				if moved == 0 {
+					continue
+				}
+				rotated |= moved
+				c := one.Div(t.MulAdd(t, one).Sqrt())
+				s := t.Mul(c)
+				for i := 0; i < col; i += W {
+					rotate(b, p*col+i, q*col+i, c, s)
+				}
+				for i := 0; i < vcol; i += W {
+					rotate(v, p*vcol+i, q*vcol+i, c, s)
+				}
+			}
+		}
+		if rotated == 0 {
+			break
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	for l := range info {
+		info[l] = int32(rotated >> l & 1)
+	}
+}

@@ -1,0 +1,305 @@
+package svd
+
+import (
+	"math"
+	"unsafe"
+
+	"metalcore/backend/cpu"
+	"metalcore/internal/core"
+)
+
+// The CPU kernel: batches of matrices a vector's width at a time, one per
+// lane (SVDLanes), where the ISA has it; otherwise one matrix per worker at
+// a time (jacobi, the same rotations). Either way each matrix's B is a
+// float32 copy in the worker's scratch, column by column.
+func init() { decompose.Register(core.DeviceCPU, svdCPU) }
+
+// maxLaneFloats bounds the B and V of the matrices rotated a vector's width
+// at a time (128 x 128 and its V: 2 MB interleaved with AVX-512).
+const maxLaneFloats = 2 * 128 * 128
+
+// Scratch buffer slots: a matrix as read, the B (a lanes group's, or one)
+// and V, the interleaved B and V, the finishing column norms and vector,
+// and the outputs' conversions.
+const (
+	bufRaw = iota
+	bufB
+	bufV
+	bufLanes
+	bufLanesV
+	bufFinish
+	bufS
+	bufU
+	bufVh
+)
+
+// tolerance is the rotations' threshold: a pair of B's columns whose
+// product |x·y| is at most tolerance · ‖x‖ ‖y‖ counts as orthogonal
+// (LAPACK's gesvj uses √rows times the unit roundoff).
+func tolerance(rows int) float32 { return float32(math.Sqrt(float64(rows))) * 0x1p-23 }
+
+func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
+	rows, cols := s.rows(), s.cols()
+	infos := unsafe.Slice((*int32)(iv.Base), s.batch)
+	io := matrixIO{s: s, a: cpu.TensorSpan(av), sv: cpu.TensorSpan(sv)}
+	if s.vectors {
+		io.u, io.vh = cpu.TensorSpan(uv), cpu.TensorSpan(vv)
+	}
+	if k := cpu.K(); k.SVDLanes != nil && s.batch >= 2 && rows*cols+cols*cols <= maxLaneFloats {
+		lanes := k.Lanes
+		cpu.Parallel((s.batch+lanes-1)/lanes, 1, func(lo, hi int, sc *cpu.Scratch) {
+			for g := lo; g < hi; g++ {
+				io.lanes(g*lanes, lanes, infos, sc)
+			}
+		})
+		return nil
+	}
+	cpu.Parallel(s.batch, max(1, 4096/max(rows*cols*cols, 1)), func(lo, hi int, sc *cpu.Scratch) {
+		for b := lo; b < hi; b++ {
+			bm := sc.Buf(bufB, rows*cols)
+			amax := io.load(b, bm, sc)
+			v := sc.Buf(bufV, cols*cols)
+			info := jacobi(bm, rows, cols, v)
+			infos[b] = io.store(b, bm, v, amax, info, sc)
+		}
+	})
+	return nil
+}
+
+// matrixIO moves matrices between the tensors and float32 copies.
+type matrixIO struct {
+	s            shapes
+	a, u, sv, vh cpu.Span
+}
+
+// load copies matrix b of a into bm as B (column j at bm[j*rows:]),
+// divided by its largest magnitude, which it returns: 0 for a zero matrix,
+// NaN where an entry is not finite (bm then zero).
+func (io matrixIO) load(b int, bm []float32, sc *cpu.Scratch) float32 {
+	m, n := io.s.m, io.s.n
+	src := io.a.At(b*m*n).Load(0, sc.Buf(bufRaw, m*n))
+	var amax, zero float32
+	for _, x := range src {
+		zero += x * 0 // NaN once an entry is not finite
+		amax = max(amax, float32(math.Abs(float64(x))))
+	}
+	if zero != 0 {
+		clear(bm)
+		return float32(math.NaN())
+	}
+	div := max(float64(amax), math.SmallestNonzeroFloat64) // divided in float64: no overflow for a subnormal amax
+	if m < n {                                             // wide: B's columns are A's rows
+		for e, x := range src {
+			bm[e] = float32(float64(x) / div)
+		}
+		return amax
+	}
+	for i := range m {
+		for j, x := range src[i*n : (i+1)*n] {
+			bm[j*m+i] = float32(float64(x) / div)
+		}
+	}
+	return amax
+}
+
+// lanes decomposes matrices [first, first+lanes) together, one per vector
+// lane (a batch's last group padded with zero matrices).
+func (io matrixIO) lanes(first, lanes int, infos []int32, sc *cpu.Scratch) {
+	rows, cols, count := io.s.rows(), io.s.cols(), min(lanes, io.s.batch-first)
+	rc, cc := rows*cols, cols*cols
+	bs, vs := sc.Buf(bufB, rc*lanes), sc.Buf(bufV, cc*lanes)
+	var mats, vecs [cpu.MaxLanes][]float32
+	var amax [cpu.MaxLanes]float32
+	for l := range lanes {
+		mats[l], vecs[l] = bs[l*rc:(l+1)*rc], vs[l*cc:(l+1)*cc]
+		if l < count {
+			amax[l] = io.load(first+l, mats[l], sc)
+		} else {
+			clear(mats[l])
+		}
+	}
+	w := sc.Buf(bufLanes, rc*lanes)
+	cpu.Interleave(w, mats[:lanes], rc)
+	v := sc.Buf(bufLanesV, cc*lanes)
+	var info [cpu.MaxLanes]int32
+	cpu.K().SVDLanes(w, rows, cols, v, tolerance(rows), MaxSweeps, info[:lanes])
+	cpu.Deinterleave(mats[:count], w, rc, lanes)
+	cpu.Deinterleave(vecs[:count], v, cc, lanes)
+	for l := range count {
+		infos[first+l] = io.store(first+l, mats[l], vecs[l], amax[l], info[l], sc)
+	}
+}
+
+// store writes matrix b's singular values (B's column norms times amax, in
+// descending order, ties in column order) and, when wanted, its vectors: B's
+// normalized columns (completed where a norm is zero) and V's columns,
+// each on its side. It returns the info: the rotations' (converged, 0, or
+// not), or 1 for a matrix that was not finite, whose outputs are NaN.
+func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *cpu.Scratch) int32 {
+	m, n, rows, cols := io.s.m, io.s.n, io.s.rows(), io.s.cols()
+	k := cols
+	fin := sc.Buf(bufFinish, 2*cols+rows)
+	sigma, rank, x := fin[:cols], fin[cols:2*cols], fin[2*cols:]
+	for j := range cols {
+		sigma[j] = float32(math.Sqrt(float64(dot(bm[j*rows:(j+1)*rows], bm[j*rows:(j+1)*rows]))))
+	}
+	for j := range cols {
+		r := 0
+		for i := range cols {
+			if sigma[i] > sigma[j] || (sigma[i] == sigma[j] && i < j) {
+				r++
+			}
+		}
+		rank[j] = float32(r)
+	}
+	nan := float32(math.NaN())
+	if amax != amax {
+		info = 1
+	}
+	so := io.sv.At(b*k).Out(0, sc.Buf(bufS, k))
+	for j := range cols {
+		so[int(rank[j])] = float32(float64(sigma[j]) * float64(amax))
+	}
+	io.sv.At(b*k).Store(0, so)
+	if !io.s.vectors {
+		return info
+	}
+	for j := range cols {
+		if col := bm[j*rows : (j+1)*rows]; sigma[j] > 0 {
+			for i := range col {
+				col[i] /= sigma[j]
+			}
+		}
+	}
+	complete(bm, rows, cols, sigma, x)
+	uo := io.u.At(b*m*k).Out(0, sc.Buf(bufU, m*k))
+	vho := io.vh.At(b*k*n).Out(0, sc.Buf(bufVh, k*n))
+	left, right := columnsInto(uo, k), rowsInto(vho, n) // tall: U gets B's columns, Vh V's
+	if m < n {
+		left, right = rowsInto(vho, n), columnsInto(uo, k)
+	}
+	for j := range cols {
+		r := int(rank[j])
+		left(bm[j*rows:(j+1)*rows], r)
+		right(v[j*cols:(j+1)*cols], r)
+	}
+	if amax != amax {
+		cpu.Fill(uo, nan)
+		cpu.Fill(vho, nan)
+	}
+	io.u.At(b*m*k).Store(0, uo)
+	io.vh.At(b*k*n).Store(0, vho)
+	return info
+}
+
+// columnsInto writes a vector as column r of the row-major dst with k
+// columns; rowsInto as row r of dst with n columns.
+func columnsInto(dst []float32, k int) func(vec []float32, r int) {
+	return func(vec []float32, r int) {
+		for i, x := range vec {
+			dst[i*k+r] = x
+		}
+	}
+}
+
+func rowsInto(dst []float32, n int) func(vec []float32, r int) {
+	return func(vec []float32, r int) { copy(dst[r*n:(r+1)*n], vec) }
+}
+
+// complete replaces each column of bm (rows long, unit or zero) whose norm
+// sigma is zero by a unit vector orthogonal to every column before it and
+// every nonzero one: Gram-Schmidt, twice, from the unit vector e_i whose
+// row i those columns fill least (its residual keeps at least 1/rows of its
+// squared length). x is rows floats of scratch.
+func complete(bm []float32, rows, cols int, sigma, x []float32) {
+	kept := func(i, j int) bool { return i != j && (sigma[i] != 0 || i < j) }
+	for j := range cols {
+		if sigma[j] != 0 {
+			continue
+		}
+		best, least := 0, float32(math.Inf(1))
+		for e := range rows {
+			var fill float32
+			for i := range cols {
+				if kept(i, j) {
+					fill += bm[i*rows+e] * bm[i*rows+e]
+				}
+			}
+			if fill < least {
+				best, least = e, fill
+			}
+		}
+		clear(x)
+		x[best] = 1
+		for range 2 {
+			for i := range cols {
+				if kept(i, j) {
+					col := bm[i*rows : (i+1)*rows]
+					d := dot(col, x)
+					for e := range x {
+						x[e] -= d * col[e]
+					}
+				}
+			}
+		}
+		norm := float32(math.Sqrt(float64(dot(x, x))))
+		for e := range x {
+			bm[j*rows+e] = x[e] / norm
+		}
+	}
+}
+
+func dot(x, y []float32) float32 {
+	var s float32
+	for i := range x {
+		s += x[i] * y[i]
+	}
+	return s
+}
+
+// jacobi is SVDLanes' rotations on one matrix's B (rows x cols, column j at
+// bm[j*rows:]): v gets the rotations' product V (column j at v[j*cols:]).
+// It returns 0, or 1 where B still rotated in sweep MaxSweeps.
+func jacobi(bm []float32, rows, cols int, v []float32) int32 {
+	cpu.Eye(v, cols, cols, cols)
+	tol := tolerance(rows)
+	abs := func(x float32) float32 { return float32(math.Abs(float64(x))) }
+	sqrt := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
+	for range MaxSweeps {
+		rotated := false
+		for p := 0; p < cols-1; p++ {
+			x := bm[p*rows : (p+1)*rows]
+			for q := p + 1; q < cols; q++ {
+				y := bm[q*rows : (q+1)*rows]
+				alpha, beta, gamma := dot(x, x), dot(y, y), dot(x, y)
+				if !(abs(gamma) > tol*sqrt(alpha*beta)) {
+					continue
+				}
+				zeta := 0.5 * (beta - alpha) / gamma
+				t := 1 / (abs(zeta) + sqrt(zeta*zeta+1))
+				if zeta < 0 {
+					t = -t
+				}
+				if t == 0 {
+					continue
+				}
+				rotated = true
+				c := 1 / sqrt(t*t+1)
+				s := t * c
+				rotatePair(x, y, c, s)
+				rotatePair(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], c, s)
+			}
+		}
+		if !rotated {
+			return 0
+		}
+	}
+	return 1
+}
+
+// rotatePair sets (x, y) = (c x - s y, s x + c y).
+func rotatePair(x, y []float32, c, s float32) {
+	for i := range x {
+		x[i], y[i] = c*x[i]-s*y[i], s*x[i]+c*y[i]
+	}
+}
