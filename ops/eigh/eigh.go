@@ -41,7 +41,9 @@ func Eigh(a *core.Tensor, upper bool, w, v, info *core.Tensor, enc unsafe.Pointe
 	iv := c.Info("info", info)
 	var s shapes
 	c.Check(func() (err error) { s, err = inputShapes(av, upper, vv != nil); return })
-	c.Check(func() error { return core.WantShape(wv, av.Shape[:len(av.Shape)-1], "a's shape without its last dimension") })
+	c.Check(func() error {
+		return core.WantShape(wv, av.Shape[:len(av.Shape)-1], "a's shape without its last dimension")
+	})
 	c.Check(func() error { return core.SameDType(av, wv) })
 	c.Check(func() error { return core.LikeX(av, vv) })
 	c.Check(func() error { return core.WantContiguous(av, wv, vv, iv) })
