@@ -116,6 +116,8 @@ MC_GATED(cholesky, (cten* a, int32_t upper, mc_tensor* l, mc_tensor* info, void*
          (a, upper, l, info, encoder))
 MC_GATED(eigh, (cten* a, int32_t upper, mc_tensor* w, mc_tensor* v, mc_tensor* info, void* encoder),
          (a, upper, w, v, info, encoder))
+MC_GATED(svd, (cten* a, mc_tensor* u, mc_tensor* s, mc_tensor* vh, mc_tensor* info, void* encoder),
+         (a, u, s, vh, info, encoder))
 MC_GATED(solve, (cten* a, cten* b, mc_tensor* x, mc_tensor* info, void* encoder), (a, b, x, info, encoder))
 MC_GATED(qr_workspace_size, (cten* a, int32_t mode, int64_t* bytes), (a, mode, bytes))
 MC_GATED(qr, (cten* a, int32_t mode, mc_tensor* q, mc_tensor* r, mc_tensor* workspace, void* encoder),

@@ -327,6 +327,21 @@ mc_status mc_solve(const mc_tensor* a, const mc_tensor* b, mc_tensor* x, mc_tens
  * 83), larger ones MC_ERR_UNSUPPORTED_LAYOUT there. */
 mc_status mc_eigh(const mc_tensor* a, int32_t upper, mc_tensor* w, mc_tensor* v, mc_tensor* info, void* encoder);
 
+/* Batched thin singular value decomposition: every A of a [..., m, n] as
+ * A = U diag(s) Vh with k = min(m, n): s [..., k] the singular values in
+ * descending order, u [..., m, k] and vh [..., k, n] (both, or both NULL
+ * for the values only) with orthonormal columns and rows, by one-sided
+ * Jacobi rotations in float32 (16-bit inputs converted). A rank-deficient
+ * A's u and vh stay orthonormal (a zero singular value's vectors complete
+ * the others'). info [...] (int32, one per matrix): 0, or 1 where A holds a
+ * NaN or an infinity (its s, u and vh are then NaN) or the rotations did
+ * not converge. a, u, s, vh: one float dtype, contiguous, not overlapping.
+ * The GPU kernels hold a matrix (max(m, n) x k floats) and, with the
+ * vectors, k x k more in on-chip memory: squares up to 159 on CUDA and 63
+ * on Metal (values alone: 224 and 88), larger ones
+ * MC_ERR_UNSUPPORTED_LAYOUT there. */
+mc_status mc_svd(const mc_tensor* a, mc_tensor* u, mc_tensor* s, mc_tensor* vh, mc_tensor* info, void* encoder);
+
 mc_status mc_qr_workspace_size(const mc_tensor* a, int32_t mode, int64_t* bytes);
 mc_status mc_qr(const mc_tensor* a, int32_t mode, mc_tensor* q, mc_tensor* r,
                 mc_tensor* workspace /* NULL when the size is 0 */, void* encoder);

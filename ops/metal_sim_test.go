@@ -24,6 +24,7 @@ import (
 	"metalcore/ops/rope"
 	"metalcore/ops/softmax"
 	"metalcore/ops/solve"
+	"metalcore/ops/svd"
 )
 
 // The op families on the Metal simulator (tests/metal/sim, a metalsim
@@ -641,6 +642,62 @@ func TestMetalSimEigh(t *testing.T) {
 						return eigh.Eigh(on(a), upper, o[0].Ptr(), nil, o[1].Ptr(), e)
 					})
 			}
+		}
+	}
+}
+
+// Thin SVD of square, tall and wide matrices, values alone and with the
+// vectors (compared with each pair's sign fixed: U's column's largest
+// entry positive, Vh's row flipped with it), one matrix holding a NaN
+// (info 1, NaN out).
+func TestMetalSimSVD(t *testing.T) {
+	rng := tu.RNG(t)
+	for _, dt := range tu.DTypes {
+		for _, mn := range [][2]int{{1, 1}, {5, 5}, {33, 33}, {40, 7}, {7, 40}, {48, 48}} {
+			m, n := mn[0], mn[1]
+			k := min(m, n)
+			s := newSimRun(t)
+			vals := make([]float64, 3*m*n)
+			for i := range vals {
+				vals[i] = rng.NormFloat64()
+			}
+			vals[2*m*n+m*n/2] = math.NaN()
+			shape, batch := []int64{3, int64(m), int64(n)}, []int64{3}
+			s.canon = func(vals [][]float64) {
+				if len(vals) < 4 {
+					return
+				}
+				u, vh := vals[0], vals[2]
+				for b := range 3 {
+					for c := range k {
+						big := 0.0
+						for r := range m {
+							if x := u[b*m*k+r*k+c]; math.Abs(x) > math.Abs(big) {
+								big = x
+							}
+						}
+						if big < 0 {
+							for r := range m {
+								u[b*m*k+r*k+c] = -u[b*m*k+r*k+c]
+							}
+							for j := range n {
+								vh[b*k*n+c*n+j] = -vh[b*k*n+c*n+j]
+							}
+						}
+					}
+				}
+			}
+			a := s.in(dt, shape, vals)
+			what := fmt.Sprintf("svd %s %dx%d", dt, m, n)
+			values := []int64{3, int64(k)}
+			s.check(what, []out{{dt, []int64{3, int64(m), int64(k)}}, {dt, values}, {dt, []int64{3, int64(k), int64(n)}},
+				{core.I32, batch}}, 8*tu.Tol(dt), func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+				return svd.SVD(on(a), o[0].Ptr(), o[1].Ptr(), o[2].Ptr(), o[3].Ptr(), e)
+			})
+			s.check(what+" values alone", []out{{dt, values}, {core.I32, batch}}, 8*tu.Tol(dt),
+				func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+					return svd.SVD(on(a), nil, o[0].Ptr(), nil, o[1].Ptr(), e)
+				})
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	_ "metalcore/ops/qr"
 	_ "metalcore/ops/rope"
 	_ "metalcore/ops/solve"
+	_ "metalcore/ops/svd"
 )
 
 // clangCUDA runs clang's CUDA front end (as make test-cuda-syntax does) on

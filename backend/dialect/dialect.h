@@ -248,3 +248,20 @@ template <class D> struct Exponentials {
 #define MC_UNPAREN(...) __VA_ARGS__
 #define MC_IMPL_PARAMS(S, PARAMS) MC_IMPL_PARAMS_(S, MC_UNPAREN PARAMS)
 #define MC_IMPL_PARAMS_(S, ...) (MC_IDS, MC_GROUP S & sh, __VA_ARGS__)
+
+// The round-robin tournament of the Jacobi families (eigh, svd): players
+// (even) indices, players - 1 steps, each step's players / 2 pairs
+// disjoint, every two indices paired once. The index at position pos of
+// step step: position 0 stays, the others turn ((pos - 1 + step) modulo
+// players - 1, without a division).
+MC_DEVICE int mc_player(int pos, int step, int players) {
+    int x = pos - 1 + step;
+    return pos == 0 ? 0 : (x >= players - 1 ? x - (players - 1) : x) + 1;
+}
+
+// Pair k of step step: p < q (past the real indices, q is a bye).
+MC_DEVICE void mc_pair(int k, int step, int players, MC_THREAD int& p, MC_THREAD int& q) {
+    int x = mc_player(k, step, players), y = mc_player(players - 1 - k, step, players);
+    p = x < y ? x : y;
+    q = x < y ? y : x;
+}

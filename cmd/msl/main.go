@@ -20,6 +20,7 @@ import (
 	_ "metalcore/ops/rope"
 	_ "metalcore/ops/softmax"
 	_ "metalcore/ops/solve"
+	_ "metalcore/ops/svd"
 )
 
 func main() {

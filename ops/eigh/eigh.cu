@@ -15,21 +15,6 @@
 #define EIGH_MAX_SWEEPS 40
 #define EIGH_WARPS 4
 
-// The index at position pos of step step (< players - 1) of the
-// tournament: position 0 stays, the others turn ((pos - 1 + step) modulo
-// players - 1, without a division).
-MC_DEVICE int eigh_player(int pos, int step, int players) {
-    int x = pos - 1 + step;
-    return pos == 0 ? 0 : (x >= players - 1 ? x - (players - 1) : x) + 1;
-}
-
-// Pair k of step step: p < q (q may be a bye, n or more).
-MC_DEVICE void eigh_pair(int k, int step, int players, MC_THREAD int& p, MC_THREAD int& q) {
-    int x = eigh_player(k, step, players), y = eigh_player(players - 1 - k, step, players);
-    p = x < y ? x : y;
-    q = x < y ? y : x;
-}
-
 MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x); }
 
 // The floats of shared memory one matrix takes: A and, in shared memory,
@@ -99,7 +84,7 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
         for (int step = 0; step < players - 1; step++) {
             for (int k = t; k < pairs; k += nt) {  // each pair's rotation, and its own 2 x 2 block
                 int p, q;
-                eigh_pair(k, step, players, p, q);
+                mc_pair(k, step, players, p, q);
                 float c = 1.f, s = 0.f;
                 if (q < n) {
                     float apq = A[p * ld + q], app = A[p * ld + p], aqq = A[q * ld + q];
@@ -123,7 +108,7 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                 }
                 C[k] = c;
                 S[k] = s;
-                SO[k] = eigh_player(k, step, players) == p ? s : -s;
+                SO[k] = mc_player(k, step, players) == p ? s : -s;
                 P[k] = p;
                 Q[k] = q;
             }

@@ -26,7 +26,7 @@
     X(mc_layernorm_bwd) X(mc_softmax_fwd) X(mc_softmax_bwd) X(mc_gelu_fwd)         \
     X(mc_gelu_bwd) X(mc_silu_fwd) X(mc_silu_bwd) X(mc_cuda_prepare) X(mc_metal_prepare) X(mc_adamw_step) X(mc_qr_workspace_size) X(mc_qr) \
     X(mc_cpu_threads) X(mc_set_cpu_threads) X(mc_cpu_isa) X(mc_adamw_step_scaled) X(mc_adamw_step_capturable) \
-    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky) X(mc_solve) X(mc_eigh)
+    X(mc_cross_entropy) X(mc_cross_entropy_fwd) X(mc_cross_entropy_bwd) X(mc_loss_grad_scale) X(mc_glu_fwd) X(mc_glu_bwd) X(mc_rope) X(mc_cholesky) X(mc_solve) X(mc_eigh) X(mc_svd)
 #define DECLARE(name) static __typeof__(&name) p_##name;
 FUNCS(DECLARE)
 
@@ -536,6 +536,55 @@ static void check_eigh(void) {
     free(a.mem), free(v.mem), free(w.mem), free(w.t.shape);
 }
 
+/* The thin SVD of a 3 x 2 matrix (singular values 5 and 2: A = U diag(s)
+ * Vh with orthonormal U's columns and Vh's rows) beside one holding a NaN
+ * (info 1, NaN values); the values alone; then u without vh refused. */
+static void check_svd(void) {
+    enum { M = 3, N = 2 };
+    static const double m[M * N] = {3, 4, 0, 0, 2, 0};
+    tensor a = make(F32, 2, 2 * M, N), u = make(F32, 2, 2 * M, N), s = make(F32, 2, 2, N), vh = make(F32, 2, 2 * N, N);
+    int64_t ashape[3] = {2, M, N}, vshape[3] = {2, N, N}, ishape[1] = {2};
+    free(a.t.shape), free(u.t.shape), free(vh.t.shape);
+    a.t.ndim = u.t.ndim = vh.t.ndim = 3, a.t.shape = u.t.shape = ashape, vh.t.shape = vshape;
+    for (int b = 0; b < 2; b++)
+        for (int e = 0; e < M * N; e++) set(&a, b * M * N + e, m[e]);
+    set(&a, M * N + 1, NAN);
+    double want[N];
+    { /* the singular values of m from its 2 x 2 Gram matrix */
+        double g00 = 3 * 3 + 2 * 2, g11 = 4 * 4, g01 = 3 * 4, h = sqrt((g00 - g11) * (g00 - g11) / 4 + g01 * g01);
+        want[0] = sqrt((g00 + g11) / 2 + h), want[1] = sqrt((g00 + g11) / 2 - h);
+    }
+    int32_t info[2] = {-1, -1};
+    mc_tensor it = {info, {MC_DEVICE_CPU, 0}, 1, {MC_DTYPE_INT, 32, 1}, ishape, NULL, 0};
+    for (int vectors = 1; vectors >= 0; vectors--) {
+        CHECK(p_mc_svd(&a.t, vectors ? &u.t : NULL, &s.t, vectors ? &vh.t : NULL, &it, NULL) == MC_OK, "svd: %s",
+              p_mc_last_error());
+        CHECK(info[0] == 0 && info[1] == 1, "svd: info %d %d, want 0 1", info[0], info[1]);
+        for (int i = 0; i < N; i++) {
+            CHECK(fabs(get(&s, i) - want[i]) <= 1e-5 * want[0], "svd s[%d] = %g, want %g", i, get(&s, i), want[i]);
+            CHECK(isnan(get(&s, N + i)), "svd: the NaN matrix's s[%d] = %g", i, get(&s, N + i));
+        }
+        for (int i = 0; vectors && i < M; i++) /* U diag(s) Vh = A */
+            for (int j = 0; j < N; j++) {
+                double x = 0;
+                for (int k = 0; k < N; k++) x += get(&u, i * N + k) * get(&s, k) * get(&vh, k * N + j);
+                CHECK(fabs(x - m[i * N + j]) <= 1e-5 * want[0], "svd: (U diag(s) Vh)[%d][%d] = %g, want %g", i, j, x,
+                      m[i * N + j]);
+            }
+        for (int p = 0; vectors && p < N; p++) /* U's columns and Vh's rows orthonormal */
+            for (int q = 0; q < N; q++) {
+                double uu = 0, vv = 0;
+                for (int i = 0; i < M; i++) uu += get(&u, i * N + p) * get(&u, i * N + q);
+                for (int j = 0; j < N; j++) vv += get(&vh, p * N + j) * get(&vh, q * N + j);
+                CHECK(fabs(uu - (p == q)) <= 1e-5 && fabs(vv - (p == q)) <= 1e-5, "svd: orthonormality (%d, %d)", p, q);
+            }
+    }
+    CHECK(p_mc_svd(&a.t, &u.t, &s.t, NULL, &it, NULL) == MC_ERR_INVALID_ARGUMENT, "svd: u without vh: %s",
+          p_mc_last_error());
+    a.t.shape = u.t.shape = vh.t.shape = NULL;
+    free(a.mem), free(u.mem), free(s.mem), free(vh.mem), free(s.t.shape);
+}
+
 /* Two 5 x 5 systems with two right-hand sides: the first regular (A X
  * reproduces B), the second singular (a zero column: info 1, x NaN); a
  * b of another batch is refused. */
@@ -769,6 +818,7 @@ int main(int argc, char** argv) {
     check_cholesky();
     check_solve();
     check_eigh();
+    check_svd();
     check_bad_inputs();
     check_thread_local_errors();
     check_fork();

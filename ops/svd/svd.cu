@@ -1,0 +1,177 @@
+// Batched thin SVD by parallel one-sided Jacobi, a block per matrix: B (the
+// matrix, or its transpose for a wide one: rows x cols, column j at
+// B[j * rows]) divided by its largest magnitude, and V (cols x cols, by
+// columns) in shared memory. A sweep is the players - 1 steps of the
+// round-robin tournament over B's columns (rounded up to even, the extra
+// one a bye); each step's pairs are disjoint and each is a warp's: the
+// columns' norms and product over its lanes, then the rotation that makes
+// them orthogonal (none where they are, to the tolerance of ops/svd's
+// tolerance), on both columns of B and of V. The sweeps end once one
+// rotates nothing. The singular values are B's column norms, ranked
+// descending (ties by index); B's normalized columns (a zero one replaced
+// by a unit vector orthogonal to the rest) and V's are the singular
+// vectors, U's and Vh's as the matrix is tall or wide.
+#define SVD_MAX_SWEEPS 40
+
+// The floats of shared memory one matrix takes: B, V where the vectors are
+// wanted, each column's norm and rank, a completed column and
+// mc_block_sum's scratch (ops/svd/gpu.go's matrixBytes).
+MC_DEVICE int svd_floats(int rows, int cols, bool vectors) {
+    return rows * cols + (vectors ? cols * cols : 0) + 2 * cols + rows + MC_BLOCK_SUM_SCRATCH;
+}
+
+// svd_rotate sets (x, y) = (c x - s y, s x + c y) for columns X and Y of
+// length len, a lane of the warp at a time.
+MC_DEVICE void svd_rotate(MC_GROUP float* X, MC_GROUP float* Y, int len, int lane, float c, float s) {
+    for (int i = lane; i < len; i += 32) {
+        float x = X[i], y = Y[i];
+        X[i] = c * x - s * y;
+        Y[i] = fmaf(s, x, c * y);
+    }
+}
+
+// Whether column i of B stays as it is while column j (of zero norm) is
+// completed: every nonzero column, and the zero ones completed before j.
+MC_DEVICE bool svd_kept(MC_GROUP const float* sigma, int i, int j) { return i != j && (sigma[i] != 0.f || i < j); }
+
+// svd_complete replaces each zero column of B (the others unit) by a unit
+// vector orthogonal to the kept ones: Gram-Schmidt, twice, from the unit
+// vector of the row those fill least (ops/svd's complete).
+MC_DEVICE void svd_complete(MC_IDS, MC_GROUP float* B, int rows, int cols, MC_GROUP const float* sigma,
+                            MC_GROUP float* x, MC_GROUP float* scratch) {
+    int t = MC_TID, nt = MC_NTHREADS;
+    for (int j = 0; j < cols; j++) {
+        if (sigma[j] != 0.f) continue;
+        for (int e = t; e < rows; e += nt) {
+            float fill = 0.f;
+            for (int i = 0; i < cols; i++)
+                if (svd_kept(sigma, i, j)) fill = fmaf(B[i * rows + e], B[i * rows + e], fill);
+            x[e] = fill;
+        }
+        MC_BARRIER();
+        int best = 0;
+        for (int e = 1; e < rows; e++)
+            if (x[e] < x[best]) best = e;
+        MC_BARRIER();
+        for (int e = t; e < rows; e += nt) x[e] = e == best ? 1.f : 0.f;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < cols; i++) {
+                if (!svd_kept(sigma, i, j)) continue;
+                float d = 0.f;
+                for (int e = t; e < rows; e += nt) d = fmaf(B[i * rows + e], x[e], d);
+                d = mc_block_sum(id, d, scratch);
+                for (int e = t; e < rows; e += nt) x[e] -= d * B[i * rows + e];
+            }
+        float sq = 0.f;
+        for (int e = t; e < rows; e += nt) sq = fmaf(x[e], x[e], sq);
+        float norm = sqrtf(mc_block_sum(id, sq, scratch));
+        for (int e = t; e < rows; e += nt) B[j * rows + e] = x[e] / norm;
+        MC_BARRIER();
+    }
+}
+
+template <class D>
+MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLOBAL void* u_, MC_GLOBAL void* s_,
+                   MC_GLOBAL void* vh_, MC_GLOBAL int* info, int m, int n, int vectors, int) {
+    typedef typename D::T T;
+    int t = MC_TID, nt = MC_NTHREADS, lane = t & 31, warp = t >> 5, warps = nt >> 5;
+    mc_i64 b = MC_BLOCK;
+    bool wide = m < n;
+    int rows = wide ? n : m, cols = wide ? m : n, mn = m * n;
+    MC_GROUP float* B = (MC_GROUP float*)S4;
+    MC_GROUP float* V = B + rows * cols;
+    MC_GROUP float* sigma = V + (vectors ? cols * cols : 0);
+    MC_GROUP int* rank = (MC_GROUP int*)(sigma + cols);
+    MC_GROUP float* x = (MC_GROUP float*)(rank + cols);
+    MC_GROUP float* scratch = x + rows;
+    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * mn;
+    float amax = 0.f, bad = 0.f;
+    for (int e = t; e < mn; e += nt) {
+        float v = D::load(a + e);
+        if (!(v * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
+        amax = fmaxf(amax, fabsf(v));
+    }
+    amax = mc_block_max(id, amax, scratch);
+    bool finite = mc_block_sum(id, bad, scratch) == 0.f;
+    float div = amax > 0.f ? amax : 1.f;
+    for (int e = t; e < mn; e += nt) {  // A[i][j]: column j of a tall B, column i of a wide one
+        int i = e / n, j = e - i * n;
+        B[wide ? i * rows + j : j * rows + i] = finite ? D::load(a + e) / div : 0.f;
+    }
+    for (int e = t; vectors && e < cols * cols; e += nt) V[e] = e % (cols + 1) == 0 ? 1.f : 0.f;
+    MC_BARRIER();
+    float tol = sqrtf((float)rows) * 1.1920929e-7f;
+    int players = 2 * ((cols + 1) / 2), pairs = players / 2;
+    bool converged = !finite || cols < 2;
+    for (int sweep = 0; sweep < SVD_MAX_SWEEPS && !converged; sweep++) {
+        float rotated = 0.f;
+        for (int step = 0; step < players - 1; step++) {
+            for (int k = warp; k < pairs; k += warps) {  // uniform in the warp: each sum reaches every lane
+                int p, q;
+                mc_pair(k, step, players, p, q);
+                if (q >= cols) continue;
+                MC_GROUP float* X = B + p * rows;
+                MC_GROUP float* Y = B + q * rows;
+                float alpha = 0.f, beta = 0.f, gamma = 0.f;
+                for (int i = lane; i < rows; i += 32) {
+                    float xi = X[i], yi = Y[i];
+                    alpha = fmaf(xi, xi, alpha);
+                    beta = fmaf(yi, yi, beta);
+                    gamma = fmaf(xi, yi, gamma);
+                }
+                alpha = mc_warp_sum(alpha);
+                beta = mc_warp_sum(beta);
+                gamma = mc_warp_sum(gamma);
+                if (!(fabsf(gamma) > tol * sqrtf(alpha * beta))) continue;
+                float zeta = 0.5f * (beta - alpha) / gamma;
+                float tn = 1.f / (fabsf(zeta) + sqrtf(fmaf(zeta, zeta, 1.f)));
+                if (zeta < 0.f) tn = -tn;
+                if (tn == 0.f) continue;
+                float c = 1.f / sqrtf(fmaf(tn, tn, 1.f)), s = tn * c;
+                rotated = 1.f;
+                svd_rotate(X, Y, rows, lane, c, s);
+                if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, c, s);
+            }
+            MC_BARRIER();
+        }
+        converged = mc_block_sum(id, rotated, scratch) == 0.f;
+    }
+    for (int j = t; j < cols; j += nt) {
+        float sq = 0.f;
+        for (int i = 0; i < rows; i++) sq = fmaf(B[j * rows + i], B[j * rows + i], sq);
+        sigma[j] = sqrtf(sq);
+    }
+    MC_BARRIER();
+    for (int j = t; j < cols; j += nt) {
+        int r = 0;
+        for (int i = 0; i < cols; i++) r += sigma[i] > sigma[j] || (sigma[i] == sigma[j] && i < j) ? 1 : 0;
+        rank[j] = r;
+    }
+    MC_BARRIER();
+    if (t == 0) info[b] = finite && converged ? 0 : 1;
+    float nan = mc_inf() - mc_inf();
+    MC_GLOBAL T* s = (MC_GLOBAL T*)s_ + b * cols;
+    for (int j = t; j < cols; j += nt) D::store(s + rank[j], finite ? sigma[j] * amax : nan);
+    if (!vectors) return;
+    for (int e = t; e < rows * cols; e += nt) {
+        float norm = sigma[e / rows];
+        if (norm > 0.f) B[e] /= norm;
+    }
+    MC_BARRIER();
+    svd_complete(id, B, rows, cols, sigma, x, scratch);
+    // B's columns are U's (tall) or Vh's rows (wide); V's the other side's
+    MC_GLOBAL T* u = (MC_GLOBAL T*)u_ + b * m * cols;
+    MC_GLOBAL T* vh = (MC_GLOBAL T*)vh_ + b * cols * n;
+    for (int e = t; e < rows * cols; e += nt) {
+        int j = e / rows, i = e - j * rows, r = rank[j];
+        D::store(wide ? vh + r * n + i : u + i * cols + r, finite ? B[e] : nan);
+    }
+    for (int e = t; e < cols * cols; e += nt) {
+        int j = e / cols, l = e - j * cols, r = rank[j];
+        D::store(wide ? u + l * cols + r : vh + r * n + l, finite ? V[e] : nan);
+    }
+}
+MC_INSTANTIATE_DYNAMIC(svd, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s, MC_GLOBAL void* vh,
+                        MC_GLOBAL int* info, int m, int n, int vectors, int batch),
+                       (a, u, s, vh, info, m, n, vectors, batch))
