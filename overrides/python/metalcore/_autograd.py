@@ -161,6 +161,22 @@ class Eigh(torch.autograd.Function):
         return _backward.eigh(gw, gv, w, v), None
 
 
+class SVD(torch.autograd.Function):
+    """U, S, Vh and info from one library call; the backward is PyTorch's
+    formula on them."""
+
+    @staticmethod
+    def forward(ctx, a):
+        u, s, vh, info = _kernels.svd(a)
+        ctx.mark_non_differentiable(info)
+        ctx.save_for_backward(u, s, vh)
+        return u, s, vh, info
+
+    @staticmethod
+    def backward(ctx, gu, gs, gvh, _):
+        return _backward.svd(gu, gs, gvh, *ctx.saved_tensors)
+
+
 class Solve(torch.autograd.Function):
     """X and info from one library call; the backward is PyTorch's formula
     (another solve, with Aᵀ, and a product)."""

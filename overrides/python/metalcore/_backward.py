@@ -54,6 +54,37 @@ def eigh(gw, gv, w, v):
     return v @ inner @ v.mT
 
 
+def svd(gu, gs, gvh, u, s, vh):
+    """PyTorch's gradient of A for the gradients gu, gs, gvh (any None) of
+    its thin SVD A = U diag(S) Vh (svd_backward's real case), in PyTorch's
+    differentiable ops: U ((skew(Uᵀ gU) S + S skew(Vh gVhᵀ)) / (S_j² - S_i²)
+    + diag(gS)) Vh, plus gU's and gVh's parts outside U's and Vh's spans
+    for a tall and a wide A."""
+    m, n = u.shape[-2], vh.shape[-1]
+    if gu is None and gvh is None:
+        return (u * gs.unsqueeze(-2)) @ vh
+    col, row = s.unsqueeze(-2), s.unsqueeze(-1)
+    gaps = col * col - row * row
+    gaps = gaps + torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)  # 1 on the diagonal, whose terms are 0
+    inner = torch.zeros_like(gaps)
+    if gu is not None:
+        ugu = u.mT @ gu
+        inner = inner + (ugu - ugu.mT) * col
+    if gvh is not None:
+        vgv = vh @ gvh.mT
+        inner = inner + row * (vgv - vgv.mT)
+    inner = inner / gaps
+    if gs is not None:
+        inner = inner + torch.diag_embed(gs)
+    if m > n and gu is not None:  # (I - U Uᵀ) gU S⁻¹ Vh
+        gus = gu / col
+        return (u @ inner + gus - u @ (u.mT @ gus)) @ vh
+    if m < n and gvh is not None:  # U S⁻¹ gVh (I - Vhᵀ Vh)
+        sgv = gvh / row
+        return u @ (inner @ vh + sgv - (sgv @ vh.mT) @ vh)
+    return u @ inner @ vh
+
+
 def solve(kernels, a, x, gx, needs):
     """PyTorch's gradients (of A, of B) of X = A⁻¹ B for gx: gB = A⁻ᵀ gX,
     gA = −gB Xᵀ; through PyTorch's differentiable ops where a graph is

@@ -377,6 +377,36 @@ def _eigh_grad(ctx, gw, gv, _):
 eigh.register_autograd(_eigh_grad, setup_context=_eigh_context)
 
 
+@torch.library.custom_op("metalcore::svd", mutates_args=())
+def svd(a: Tensor, vectors: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    u, s, vh, info = _kernels.svd(a, vectors)
+    return (u, s, vh, info) if vectors else (a.new_empty(0), s, a.new_empty(0), info)
+
+
+def _svd_fake(a, vectors):
+    batch, (m, n) = a.shape[:-2], a.shape[-2:]
+    k = min(m, n)
+    u, vh = (a.new_empty(*batch, m, k), a.new_empty(*batch, k, n)) if vectors else (a.new_empty(0), a.new_empty(0))
+    return u, a.new_empty(*batch, k), vh, a.new_empty(batch, dtype=torch.int32)
+
+
+svd.register_fake(_svd_fake)
+
+
+def _svd_context(ctx, inputs, output):
+    ctx.save_for_backward(output[0], output[1], output[2])
+    ctx.vectors = inputs[1]
+
+
+def _svd_grad(ctx, gu, gs, gvh, _):
+    if not ctx.vectors:  # the values alone, called where no gradient was wanted
+        return None, None
+    return _backward.svd(gu, gs, gvh, *ctx.saved_tensors), None
+
+
+svd.register_autograd(_svd_grad, setup_context=_svd_context)
+
+
 @torch.library.custom_op("metalcore::solve", mutates_args=())
 def solve(a: Tensor, b: Tensor) -> Tuple[Tensor, Tensor]:
     return _kernels.solve(a, b)

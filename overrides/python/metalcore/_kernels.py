@@ -21,6 +21,7 @@ _qr, _qr_workspace = lib.mc_qr, lib.mc_qr_workspace_size
 _cholesky = lib.mc_cholesky
 _solve = lib.mc_solve
 _eigh = lib.mc_eigh
+_svd = lib.mc_svd
 _cross_entropy = lib.mc_cross_entropy
 _cross_entropy_fwd, _cross_entropy_bwd = lib.mc_cross_entropy_fwd, lib.mc_cross_entropy_bwd
 _loss_grad_scale = lib.mc_loss_grad_scale
@@ -342,6 +343,22 @@ def eigh(a, upper, vectors=True):
     d = described(("eigh", form(a), vectors), (a, w, v, info))
     run(_eigh, a, d[0], int(upper), d[1], d[2], d[3])
     return w, v, info
+
+
+def svd(a, vectors=True):
+    """(u, s, vh, info) of a contiguous [..., m, n], thin (k = min(m, n)):
+    s [..., k] descending, u [..., m, k] and vh [..., k, n] (None unless
+    vectors), in a's dtype; info (int32) 0, or 1 where a matrix was not
+    finite or did not converge."""
+    batch, (m, n) = a.shape[:-2], a.shape[-2:]
+    k = min(m, n)
+    s = a.new_empty(*batch, k)
+    u, vh = (a.new_empty(*batch, m, k), a.new_empty(*batch, k, n)) if vectors else (None, None)
+    info = a.new_empty(batch, dtype=torch.int32)
+    CALLS["svd"] += 1
+    d = described(("svd", form(a), vectors), (a, u, s, vh, info))
+    run(_svd, a, d[0], d[1], d[2], d[3], d[4])
+    return u, s, vh, info
 
 
 def qr_shapes(a, mode):

@@ -305,6 +305,7 @@ _SIGNATURES = {
     "mc_cholesky": (_I32, [_P, _I32, _P, _P, _P]),
     "mc_solve": (_I32, [_P, _P, _P, _P, _P]),
     "mc_eigh": (_I32, [_P, _I32, _P, _P, _P, _P]),
+    "mc_svd": (_I32, [_P, _P, _P, _P, _P, _P]),
     "mc_qr_workspace_size": (_I32, [_P, _I32, _P]),
     "mc_qr": (_I32, [_P, _I32, _P, _P, _P, _P]),
     "mc_cuda_prepare": (_I32, [_I32]),

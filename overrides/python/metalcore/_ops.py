@@ -95,6 +95,17 @@ def eigh(a, upper, vectors):
     return _kernels.eigh(a, upper, vectors)
 
 
+def svd(a, vectors):
+    """(u, s, vh, info) of a contiguous [..., m, n], thin; u and vh None
+    unless vectors."""
+    if compiling():
+        u, s, vh, info = torch.ops.metalcore.svd(a, vectors)
+        return (u, s, vh, info) if vectors else (None, s, None, info)
+    if vectors and _grad_enabled() and a.requires_grad:
+        return _autograd.SVD.apply(a)
+    return _kernels.svd(a, vectors)
+
+
 def solve(a, b):
     """(x, info) of contiguous a [..., n, n] and b [..., n, k], one batch
     shape."""

@@ -20,11 +20,11 @@ from .functional import (admit_gelu, admit_norm, admit_softmax, last_dim_only, n
 # faster forward and forward + backward, and QR, bench/qr.md;
 # bench/python_ops.md on CUDA; Cholesky and solve, bench/linalg.md).
 DEFAULTS = {
-    "cpu": {"qr", "cholesky", "solve", "eigh"},
+    "cpu": {"qr", "cholesky", "solve", "eigh", "svd"},
     "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
-    "cuda": {"rms_norm", "softmax", "cholesky", "solve", "eigh"},
+    "cuda": {"rms_norm", "softmax", "cholesky", "solve", "eigh", "svd"},
 }
-ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky", "solve", "eigh"}
+ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky", "solve", "eigh", "svd"}
 
 # The targets whose fallback is running on this thread. A fallback's
 # function may call another patched function (F.softmax calls
@@ -258,6 +258,39 @@ def eigvalsh(A, UPLO="L", *, out=None):
     return _fall_back("eigvalsh", why, A, UPLO)
 
 
+# The fewest matrices that the svd overrides compute: a single matrix is
+# LAPACK's (metalcore's CPU kernel is for batches) and PyTorch's on CUDA.
+_SVD_FEWEST = 2
+
+
+def _svd_refused(A, full_matrices, vectors, driver, out):
+    """Why the svd overrides leave A to PyTorch, or None; under
+    torch.compile PyTorch's (they raise on the data)."""
+    why = (_off("svd", A) or ("out=" if out is not None else None) or (f"driver={driver!r}" if driver else None)
+           or linalg.svd_refused(A, full_matrices, vectors))
+    if why is None and A.numel() < _SVD_FEWEST * A.shape[-1] * A.shape[-2]:
+        why = f"fewer than {_SVD_FEWEST} matrices"
+    return why or ("raising under torch.compile" if _lib.compiling() else None)
+
+
+def svd(A, full_matrices=True, *, driver=None, out=None):
+    why = _svd_refused(A, full_matrices, True, driver, out)
+    if why is None:
+        return linalg.svd(A, full_matrices)
+    if out is not None:
+        return _fall_back("svd", why, A, full_matrices, driver=driver, out=out)
+    return _fall_back("svd", why, A, full_matrices, driver=driver)
+
+
+def svdvals(A, *, driver=None, out=None):
+    why = _svd_refused(A, False, isinstance(A, torch.Tensor) and A.requires_grad, driver, out)
+    if why is None:
+        return linalg.svdvals(A)
+    if out is not None:
+        return _fall_back("svdvals", why, A, driver=driver, out=out)
+    return _fall_back("svdvals", why, A, driver=driver)
+
+
 # What each target patches: target -> (op, owner, attribute, the patched function)
 _TARGETS = {
     "rms_norm": ("rms_norm", F, "rms_norm", rms_norm), "layer_norm": ("layer_norm", F, "layer_norm", layer_norm),
@@ -269,6 +302,7 @@ _TARGETS = {
     "solve": ("solve", torch.linalg, "solve", solve),
     "solve_ex": ("solve", torch.linalg, "solve_ex", solve_ex),
     "eigh": ("eigh", torch.linalg, "eigh", eigh), "eigvalsh": ("eigh", torch.linalg, "eigvalsh", eigvalsh),
+    "svd": ("svd", torch.linalg, "svd", svd), "svdvals": ("svd", torch.linalg, "svdvals", svdvals),
 }
 
 

@@ -1,6 +1,6 @@
 """Layer 4: metalcore.linalg: batched Householder QR (CPU and CUDA),
-batched Cholesky, linear systems and symmetric eigendecomposition (CPU,
-CUDA and MPS)."""
+batched Cholesky, linear systems, symmetric eigendecomposition and singular
+value decomposition (CPU, CUDA and MPS)."""
 import torch
 
 from . import _lib, _ops
@@ -10,6 +10,7 @@ from ._kernels import QR_MODES
 _torch_qr, _torch_cholesky, _torch_cholesky_ex = torch.linalg.qr, torch.linalg.cholesky, torch.linalg.cholesky_ex
 _torch_solve, _torch_solve_ex = torch.linalg.solve, torch.linalg.solve_ex
 _torch_eigh, _torch_eigvalsh = torch.linalg.eigh, torch.linalg.eigvalsh
+_torch_svd, _torch_svdvals = torch.linalg.svd, torch.linalg.svdvals
 _LinAlgError = getattr(torch.linalg, "LinAlgError", RuntimeError)
 
 # The largest order metalcore factors: what the GPU kernels hold on chip
@@ -266,3 +267,70 @@ def eigvalsh(A, UPLO="L"):
         _lib.pytorch_computes("eigvalsh", why)
         return _torch_eigvalsh(A, UPLO=UPLO)
     return _decompose(A, UPLO, grad, "linalg.eigvalsh")[0]
+
+
+# What mc_svd's GPU kernel holds on chip: B (max(m, n) x k), with the
+# vectors V (k x k), and a little more (ops/svd/gpu.go's matrixBytes). On
+# the CPU the rotations past k = 64 are slower than PyTorch's LAPACK
+# (bench/linalg.md), which computes those.
+_SVD_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
+_SVD_CPU_ORDER = 64
+
+
+def svd_refused(A, full_matrices=False, vectors=True):
+    """Why metalcore does not decompose A, or None (a non-contiguous A is
+    copied)."""
+    why = _lib.unsupported_any_layout(A)
+    if why is not None:
+        return why
+    if A.dim() < 2:
+        return "fewer than 2 dimensions"
+    m, n = A.shape[-2:]
+    rows, k = max(m, n), min(m, n)
+    if full_matrices and vectors and m != n:
+        return "full_matrices for non-square matrices"
+    most = _SVD_SHARED.get(A.device.type)
+    if most is None:
+        return f"min(m, n) above {_SVD_CPU_ORDER}" if k > _SVD_CPU_ORDER else None
+    if (rows * k + (k * k if vectors else 0) + 2 * k + rows + 33) * 4 > most:
+        return f"{m} x {n} beyond what the GPU kernel holds"
+    return None
+
+
+def _singular(A, vectors, name):
+    """(U or None, S, Vh or None) of A, which svd_refused takes; PyTorch's
+    error from name for the first matrix that did not converge or is not
+    finite (the host reads info), unless compiling."""
+    u, s, vh, info = _ops.svd(A.contiguous(), vectors)
+    if not _lib.compiling():
+        _raise_for(info, name, lambda k: "The algorithm failed to converge because the input matrix contained "
+                   f"non-finite values or is ill-conditioned (error code: {k}).")
+    return u, s, vh
+
+
+def svd(A, full_matrices=False):
+    """torch.linalg.svd(A, full_matrices=): (U, S descending, Vh) of every
+    matrix of A [..., m, n], thin (k = min(m, n)), by one-sided Jacobi
+    rotations; float32, float16 and bfloat16 (16-bit computed in float32,
+    returned in A's dtype). A rank-deficient matrix's U and Vh stay
+    orthonormal. full_matrices defaults to False here (torch.linalg.svd's
+    default is True): full matrices of a non-square A are PyTorch's. Raises
+    torch.linalg.LinAlgError, as PyTorch does, for a matrix holding a NaN
+    or an infinity (the host reads the library's info). Differentiable
+    (PyTorch's formula). Other inputs are PyTorch's."""
+    why = svd_refused(A, full_matrices)
+    if why is not None:
+        _lib.pytorch_computes("svd", why)
+        return _torch_svd(A, full_matrices=full_matrices)
+    return torch.return_types.linalg_svd(_singular(A, True, "linalg.svd"))
+
+
+def svdvals(A):
+    """torch.linalg.svdvals(A): svd's singular values (the vectors are
+    computed only where a gradient needs them)."""
+    grad = A.requires_grad if isinstance(A, torch.Tensor) else False
+    why = svd_refused(A, False, grad)
+    if why is not None:
+        _lib.pytorch_computes("svdvals", why)
+        return _torch_svdvals(A)
+    return _singular(A, grad, "linalg.svd")[1]

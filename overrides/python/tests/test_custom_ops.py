@@ -44,6 +44,7 @@ def samples(device):
         (ops.cholesky, (grad(spd), False)), (ops.cholesky, (spd[0], True)),
         (ops.solve, (grad(spd), grad(torch.randn(2, 5, 3, device=device)))), (ops.solve, (spd[0], x[:1, :5].mT.contiguous())),
         (ops.eigh, (grad(spd), False, True)), (ops.eigh, (spd, True, False)),
+        (ops.svd, (grad(torch.randn(2, 6, 4, device=device)), True)), (ops.svd, (torch.randn(3, 4, 7, device=device), False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [], None, None,
                           1e-3, 0.9, 0.999, 1e-8, 0.01, 1, False, False)),
         (ops.adamw_step, ([x.clone()], [x.clone()], [torch.zeros_like(x)], [torch.zeros_like(x)], [],
@@ -200,6 +201,26 @@ def test_compile_eigh(device):
     got = torch.compile(f, fullgraph=True)(a)
     got_grad = torch.autograd.grad(got, a)[0]
     assert metalcore.call_counts().get("eigh") == 1, metalcore.call_counts()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_svd(device):
+    """metalcore.linalg.svd under torch.compile(fullgraph=True) is the
+    custom op, forward and backward, as eager."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 7, 5, device=device).requires_grad_()
+
+    def f(a):
+        u, s, vh = metalcore.linalg.svd(a)
+        return (s * s).sum() + ((u @ vh) * a.detach()).sum()
+
+    want = f(a)
+    want_grad = torch.autograd.grad(want, a)[0]
+    metalcore.reset_call_counts()
+    got = torch.compile(f, fullgraph=True)(a)
+    got_grad = torch.autograd.grad(got, a)[0]
+    assert metalcore.call_counts().get("svd") == 1, metalcore.call_counts()
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-4, atol=1e-4)
 
