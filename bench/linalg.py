@@ -14,7 +14,10 @@ at the same shapes; error: the largest ||A x - b|| / (||A|| ||x||) over the
 batch.
 Eigendecomposition (eigh, float32, eigenvectors included) of symmetric
 N(0, 1) matrices; error: the largest ||A V - V diag(w)|| / ||A|| and
-||Vᵀ V - I|| over the batch (the larger of the two)."""
+||Vᵀ V - I|| over the batch (the larger of the two).
+SVD (svd, float32, thin, vectors included) of N(0, 1) matrices; error: the
+largest of ||A - U diag(s) Vh|| / ||A||, ||Uᵀ U - I|| and ||Vh Vhᵀ - I||
+over the batch."""
 import torch
 
 import harness
@@ -24,9 +27,11 @@ CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
 SOLVE = CHOLESKY
 EIGH = {"cpu": [(5000, 16), (10000, 32), (1000, 64), (200, 128)],
         "cuda": [(5000, 16), (10000, 32), (1000, 64), (100, 128)]}
+SVD = {"cpu": [(2000, 32, 32), (1000, 64, 16), (1000, 64, 64), (100, 128, 128)],
+       "cuda": [(2000, 32, 32), (1000, 64, 16), (1000, 64, 64), (100, 128, 128)]}
 # small CUDA batches, where a warp or block a matrix meets PyTorch's batch
-# (the eigh overrides' thresholds, _overrides._eigh_fewest)
-EIGH_SMALL = ([8, 16, 32, 64, 128], [1, 2, 4, 8, 16, 32, 64, 128])
+# (the overrides' thresholds, _overrides._eigh_fewest and _SVD_FEWEST)
+SMALL = ([8, 16, 32, 64, 128], [1, 2, 4, 8, 16, 32, 64, 128])
 
 
 def reconstruction(l, a):
@@ -45,6 +50,14 @@ def decomposition(w, v, a):
     res = (a @ v - v * w.unsqueeze(-2)).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1)
     orth = (v.mT @ v - torch.eye(n, dtype=torch.float64, device=a.device)).flatten(1).norm(dim=1)
     return max(res.max().item(), orth.max().item())
+
+
+def singular(u, s, vh, a):
+    u, s, vh, a = u.double(), s.double(), vh.double(), a.double()
+    eye = torch.eye(s.shape[-1], dtype=torch.float64, device=a.device)
+    res = ((u * s.unsqueeze(-2)) @ vh - a).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1)
+    return max(res.max().item(), (u.mT @ u - eye).flatten(1).norm(dim=1).max().item(),
+               (vh @ vh.mT - eye).flatten(1).norm(dim=1).max().item())
 
 
 def row(name, shape, theirs, ours, error, device, rounds):
@@ -76,9 +89,13 @@ def main():
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/linalg.py`. Milliseconds, "
           "median of 5 calls (20 on CUDA); speed is PyTorch's time over metalcore's; error is the largest "
           "||L Lᵀ - A|| / ||A|| (Cholesky), ||A x - b|| / (||A|| ||x||) (solve), or the larger of "
-          "||A V - V diag(w)|| / ||A|| and ||Vᵀ V - I|| (eigh) over the batch. Bars (issue 32): Cholesky and solve "
+          "||A V - V diag(w)|| / ||A|| and ||Vᵀ V - I|| (eigh), or the largest of ||A - U diag(s) Vh|| / ||A||, ||Uᵀ U - I|| "
+          "and ||Vh Vhᵀ - I|| (svd) over the batch. Bars (issue 32): Cholesky and solve "
           "10000 x 32² >= 3x on the CPU and >= 2x on the H100, >= 1.0x elsewhere up to n = 128; eigh 5000 x 16² "
-          ">= 5x and 200 x 128² >= 2x on the CPU, >= 3x at n <= 32 and >= 20x at n = 64 to 128 on the H100.\n")
+          ">= 5x and 200 x 128² >= 2x on the CPU, >= 3x at n <= 32 and >= 20x at n = 64 to 128 on the H100; SVD "
+          "2000 x 32² >= 5x and 100 x 128² >= 2x on the CPU, >= 3x at n <= 32 and >= 20x at n = 64 to 128 (tall "
+          "shapes included) on the H100. On the CPU metalcore.linalg leaves eigh past order 32 and SVD past "
+          "min(m, n) = 64 to PyTorch.\n")
     for device in harness.devices(cpu_first=True):
         where = harness.on(device)
         rounds = 20 if device == "cuda" else 5
@@ -105,25 +122,33 @@ def main():
             r = rounds if device == "cpu" or n <= 32 else 3
             row("eigh", f"{batch} x {n} x {n}", lambda: torch.linalg.eigh(a), lambda: metalcore.linalg.eigh(a),
                 lambda r: decomposition(r[0], r[1], a), device, r)
+        for batch, m, n in SVD[device]:
+            gen = torch.Generator().manual_seed(m + n)
+            a = torch.randn(batch, m, n, generator=gen).to(device)
+            r = rounds if device == "cpu" or max(m, n) <= 32 else 3  # PyTorch's CUDA loop, as eigh's
+            row("svd", f"{batch} x {m} x {n}", lambda: torch.linalg.svd(a, full_matrices=False),
+                lambda: metalcore.linalg.svd(a), lambda r: singular(r[0], r[1], r[2], a), device, r)
         print()
         if device == "cuda":
-            small_batches(device)
+            small_batches(device, "eigh", lambda a: a + a.mT, torch.linalg.eigh, metalcore.linalg.eigh)
+            small_batches(device, "svd", lambda a: a, lambda a: torch.linalg.svd(a, full_matrices=False),
+                          metalcore.linalg.svd)
 
 
-def small_batches(device):
-    """eigh on small CUDA batches: PyTorch's time and metalcore's."""
-    print(f"### {device}: eigh on small batches\n")
+def small_batches(device, name, make, theirs, ours):
+    """name on small CUDA batches of make(N(0, 1) matrices): PyTorch's time
+    and metalcore's."""
+    print(f"### {device}: {name} on small batches\n")
     print("| n | batch | PyTorch ms | metalcore ms | speed |")
     print("|---:|---:|---:|---:|---:|")
-    orders, batches = EIGH_SMALL
+    orders, batches = SMALL
     for n in orders:
         for batch in batches:
             gen = torch.Generator().manual_seed(n + batch)
-            b = torch.randn(batch, n, n, generator=gen)
-            a = (b + b.mT).to(device)
+            a = make(torch.randn(batch, n, n, generator=gen)).to(device)
             rounds = 5 if n > 32 else 10
-            t = harness.timed(lambda: torch.linalg.eigh(a), device, rounds)
-            o = harness.timed(lambda: metalcore.linalg.eigh(a), device, rounds)
+            t = harness.timed(lambda: theirs(a), device, rounds)
+            o = harness.timed(lambda: ours(a), device, rounds)
             print(f"| {n} | {batch} | {t:.3f} | {o:.3f} | {t / o:.2f} |")
     print()
 

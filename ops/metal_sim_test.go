@@ -653,7 +653,7 @@ func TestMetalSimEigh(t *testing.T) {
 func TestMetalSimSVD(t *testing.T) {
 	rng := tu.RNG(t)
 	for _, dt := range tu.DTypes {
-		for _, mn := range [][2]int{{1, 1}, {5, 5}, {33, 33}, {40, 7}, {7, 40}, {48, 48}} {
+		for _, mn := range [][2]int{{1, 1}, {5, 5}, {24, 24}, {30, 12}, {33, 33}, {40, 7}, {7, 40}, {48, 48}} {
 			m, n := mn[0], mn[1]
 			k := min(m, n)
 			s := newSimRun(t)

@@ -1,12 +1,15 @@
-// Batched thin SVD by parallel one-sided Jacobi, a block per matrix: B (the
-// matrix, or its transpose for a wide one: rows x cols, column j at
-// B[j * rows]) divided by its largest magnitude, and V (cols x cols, by
-// columns) in shared memory. A sweep is the players - 1 steps of the
-// round-robin tournament over B's columns (rounded up to even, the extra
-// one a bye); each step's pairs are disjoint and each is a warp's: the
-// columns' norms and product over its lanes, then the rotation that makes
-// them orthogonal (none where they are, to the tolerance of ops/svd's
-// tolerance), on both columns of B and of V. The sweeps end once one
+// Batched thin SVD by parallel one-sided Jacobi on B, the matrix or its
+// transpose for a wide one (rows x cols), divided by its largest magnitude,
+// and V (cols x cols). A sweep is the players - 1 steps of the round-robin
+// tournament over B's columns (rounded up to even, or to the warp kernel's
+// 16 or 32 players: the extra ones byes); each step's pairs are disjoint:
+// the columns' norms and product, then the rotation that makes them
+// orthogonal (none where they are, to ops/svd's tolerance), on both
+// columns of B and of V. Up to 32 rows and columns a warp per matrix
+// (svd_warp16, svd_warp: several a block), lane j holding column j of B
+// and of V in registers, a pair's lanes trading theirs by shuffles; above,
+// a block per matrix (svd), B and V in shared memory by columns (column j
+// at B[j * rows]), a warp per pair. The sweeps end once one
 // rotates nothing. The singular values are B's column norms, ranked
 // descending (ties by index); B's normalized columns (a zero one replaced
 // by a unit vector orthogonal to the rest) and V's are the singular
@@ -18,6 +21,33 @@
 // mc_block_sum's scratch (ops/svd/gpu.go's matrixBytes).
 MC_DEVICE int svd_floats(int rows, int cols, bool vectors) {
     return rows * cols + (vectors ? cols * cols : 0) + 2 * cols + rows + MC_BLOCK_SUM_SCRATCH;
+}
+
+#define SVD_TOLERANCE 1.1920929e-7f  // times √rows: ops/svd's tolerance
+
+// svd_angle is the rotation (c, s) that makes columns x and y orthogonal,
+// from ‖x‖² = ax, ‖y‖² = ay and x·y = g, and whether there is one: none
+// where they are orthogonal to tol (or the angle is too small to move
+// them).
+MC_DEVICE bool svd_angle(float ax, float ay, float g, float tol, MC_THREAD float& c, MC_THREAD float& s) {
+    c = 1.f, s = 0.f;
+    if (!(fabsf(g) > tol * sqrtf(ax * ay))) return false;
+    float zeta = 0.5f * (ay - ax) / g;
+    float tn = 1.f / (fabsf(zeta) + sqrtf(fmaf(zeta, zeta, 1.f)));
+    if (zeta < 0.f) tn = -tn;
+    if (tn == 0.f) return false;
+    c = 1.f / sqrtf(fmaf(tn, tn, 1.f));
+    s = tn * c;
+    return true;
+}
+
+template <bool WARP> MC_DEVICE void svd_sync() {
+    if (WARP) MC_WARP_BARRIER();
+    else MC_BARRIER();
+}
+
+template <bool WARP> MC_DEVICE float svd_sum(MC_IDS, float v, MC_GROUP float* scratch) {
+    return WARP ? mc_warp_sum(v) : mc_block_sum(id, v, scratch);
 }
 
 // svd_rotate sets (x, y) = (c x - s y, s x + c y) for columns X and Y of
@@ -36,10 +66,11 @@ MC_DEVICE bool svd_kept(MC_GROUP const float* sigma, int i, int j) { return i !=
 
 // svd_complete replaces each zero column of B (the others unit) by a unit
 // vector orthogonal to the kept ones: Gram-Schmidt, twice, from the unit
-// vector of the row those fill least (ops/svd's complete).
-MC_DEVICE void svd_complete(MC_IDS, MC_GROUP float* B, int rows, int cols, MC_GROUP const float* sigma,
+// vector of the row those fill least (ops/svd's complete); by threads t of
+// nt, the block's or (WARP) a warp's.
+template <bool WARP>
+MC_DEVICE void svd_complete(MC_IDS, int t, int nt, MC_GROUP float* B, int rows, int cols, MC_GROUP const float* sigma,
                             MC_GROUP float* x, MC_GROUP float* scratch) {
-    int t = MC_TID, nt = MC_NTHREADS;
     for (int j = 0; j < cols; j++) {
         if (sigma[j] != 0.f) continue;
         for (int e = t; e < rows; e += nt) {
@@ -48,25 +79,25 @@ MC_DEVICE void svd_complete(MC_IDS, MC_GROUP float* B, int rows, int cols, MC_GR
                 if (svd_kept(sigma, i, j)) fill = fmaf(B[i * rows + e], B[i * rows + e], fill);
             x[e] = fill;
         }
-        MC_BARRIER();
+        svd_sync<WARP>();
         int best = 0;
         for (int e = 1; e < rows; e++)
             if (x[e] < x[best]) best = e;
-        MC_BARRIER();
+        svd_sync<WARP>();
         for (int e = t; e < rows; e += nt) x[e] = e == best ? 1.f : 0.f;
         for (int pass = 0; pass < 2; pass++)
             for (int i = 0; i < cols; i++) {
                 if (!svd_kept(sigma, i, j)) continue;
                 float d = 0.f;
                 for (int e = t; e < rows; e += nt) d = fmaf(B[i * rows + e], x[e], d);
-                d = mc_block_sum(id, d, scratch);
+                d = svd_sum<WARP>(id, d, scratch);
                 for (int e = t; e < rows; e += nt) x[e] -= d * B[i * rows + e];
             }
         float sq = 0.f;
         for (int e = t; e < rows; e += nt) sq = fmaf(x[e], x[e], sq);
-        float norm = sqrtf(mc_block_sum(id, sq, scratch));
+        float norm = sqrtf(svd_sum<WARP>(id, sq, scratch));
         for (int e = t; e < rows; e += nt) B[j * rows + e] = x[e] / norm;
-        MC_BARRIER();
+        svd_sync<WARP>();
     }
 }
 
@@ -100,7 +131,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
     }
     for (int e = t; vectors && e < cols * cols; e += nt) V[e] = e % (cols + 1) == 0 ? 1.f : 0.f;
     MC_BARRIER();
-    float tol = sqrtf((float)rows) * 1.1920929e-7f;
+    float tol = sqrtf((float)rows) * SVD_TOLERANCE;
     int players = 2 * ((cols + 1) / 2), pairs = players / 2;
     bool converged = !finite || cols < 2;
     for (int sweep = 0; sweep < SVD_MAX_SWEEPS && !converged; sweep++) {
@@ -122,12 +153,8 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
                 alpha = mc_warp_sum(alpha);
                 beta = mc_warp_sum(beta);
                 gamma = mc_warp_sum(gamma);
-                if (!(fabsf(gamma) > tol * sqrtf(alpha * beta))) continue;
-                float zeta = 0.5f * (beta - alpha) / gamma;
-                float tn = 1.f / (fabsf(zeta) + sqrtf(fmaf(zeta, zeta, 1.f)));
-                if (zeta < 0.f) tn = -tn;
-                if (tn == 0.f) continue;
-                float c = 1.f / sqrtf(fmaf(tn, tn, 1.f)), s = tn * c;
+                float c, s;
+                if (!svd_angle(alpha, beta, gamma, tol, c, s)) continue;
                 rotated = 1.f;
                 svd_rotate(X, Y, rows, lane, c, s);
                 if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, c, s);
@@ -158,7 +185,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
         if (norm > 0.f) B[e] /= norm;
     }
     MC_BARRIER();
-    svd_complete(id, B, rows, cols, sigma, x, scratch);
+    svd_complete<false>(id, t, nt, B, rows, cols, sigma, x, scratch);
     // B's columns are U's (tall) or Vh's rows (wide); V's the other side's
     MC_GLOBAL T* u = (MC_GLOBAL T*)u_ + b * m * cols;
     MC_GLOBAL T* vh = (MC_GLOBAL T*)vh_ + b * cols * n;
@@ -172,6 +199,142 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
     }
 }
 MC_INSTANTIATE_DYNAMIC(svd, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s, MC_GLOBAL void* vh,
+                        MC_GLOBAL int* info, int m, int n, int vectors, int batch),
+                       (a, u, s, vh, info, m, n, vectors, batch))
+
+// A warp per matrix of up to ROWS (16 or 32) rows and columns of B, its
+// shared memory M (svd_floats without V: a zero column's completion):
+// lane j holds column j of B in col and of V in v, columns past cols zero
+// and never rotated; each step, lane j and its partner trade their columns
+// by shuffles and both take the pair's rotation, the lower lane's column
+// as x.
+template <class D, int ROWS>
+MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* a_, MC_GLOBAL void* u_,
+                               MC_GLOBAL void* s_, MC_GLOBAL void* vh_, MC_GLOBAL int* info, int m, int n, int vectors,
+                               mc_i64 b) {
+    typedef typename D::T T;
+    int lane = MC_TID & 31;
+    bool wide = m < n;
+    int rows = wide ? n : m, cols = wide ? m : n;
+    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * m * n;
+    float col[ROWS], v[ROWS], amax = 0.f, bad = 0.f;
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        float x = lane < cols && i < rows ? D::load(a + (wide ? lane * n + i : i * n + lane)) : 0.f;
+        if (!(x * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
+        amax = fmaxf(amax, fabsf(x));
+        col[i] = x;
+        v[i] = i == lane ? 1.f : 0.f;
+    }
+    amax = mc_warp_max(amax);
+    bool finite = mc_warp_sum(bad) == 0.f;
+    float div = amax > 0.f ? amax : 1.f;
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) col[i] = finite ? col[i] / div : 0.f;
+    float tol = sqrtf((float)rows) * SVD_TOLERANCE;
+    int players = cols <= 16 ? 16 : 32;
+    bool converged = !finite || cols < 2;
+    for (int sweep = 0; sweep < SVD_MAX_SWEEPS && !converged; sweep++) {
+        float rotated = 0.f;
+        for (int step = 0; step < players - 1; step++) {
+            // this lane's tournament position (mc_player's inverse), its partner's index
+            int x = lane - 1 - step;
+            int pos = lane == 0 ? 0 : (x < 0 ? x + players - 1 : x) + 1;
+            int partner = lane < players ? mc_player(players - 1 - pos, step, players) : lane;
+            float y[ROWS], alpha = 0.f, gamma0 = 0.f, gamma1 = 0.f;
+#pragma unroll
+            for (int i = 0; i < ROWS; i++) {
+                y[i] = mc_shfl(col[i], partner);
+                alpha = fmaf(col[i], col[i], alpha);
+                if (i % 2) gamma1 = fmaf(col[i], y[i], gamma1);
+                else gamma0 = fmaf(col[i], y[i], gamma0);
+            }
+            float beta = mc_shfl(alpha, partner);
+            bool low = lane < partner;
+            float c = 1.f, s = 0.f;
+            if (lane < cols && partner < cols &&
+                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, c, s))
+                rotated = 1.f;
+            float so = low ? -s : s;  // x' = c x - s y, y' = s x + c y
+#pragma unroll
+            for (int i = 0; i < ROWS; i++) col[i] = fmaf(so, y[i], c * col[i]);
+            if (vectors)
+#pragma unroll
+                for (int i = 0; i < ROWS; i++) v[i] = fmaf(so, mc_shfl(v[i], partner), c * v[i]);
+        }
+        converged = mc_warp_sum(rotated) == 0.f;
+    }
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) sq = fmaf(col[i], col[i], sq);
+    float sigma = sqrtf(sq);
+    int rank = 0;
+    for (int i = 0; i < 32; i++) {
+        float other = mc_shfl(sigma, i);
+        rank += i < cols && (other > sigma || (other == sigma && i < lane)) ? 1 : 0;
+    }
+    if (lane == 0) info[b] = finite && converged ? 0 : 1;
+    float nan = mc_inf() - mc_inf();
+    if (lane < cols) D::store((MC_GLOBAL T*)s_ + b * cols + rank, finite ? sigma * amax : nan);
+    if (!vectors) return;
+#pragma unroll
+    for (int i = 0; i < ROWS; i++)
+        if (sigma > 0.f) col[i] /= sigma;
+    if (mc_warp_sum(lane < cols && sigma == 0.f ? 1.f : 0.f) > 0.f) {  // complete the zero columns in shared memory
+        MC_GROUP float* B = M;
+        MC_GROUP float* sig = B + rows * cols;
+        MC_GROUP float* x = sig + 2 * cols;
+        if (lane < cols) {
+            sig[lane] = sigma;
+#pragma unroll
+            for (int i = 0; i < ROWS; i++)
+                if (i < rows) B[lane * rows + i] = col[i];
+        }
+        MC_WARP_BARRIER();
+        svd_complete<true>(id, lane, 32, B, rows, cols, sig, x, x + rows);
+        if (lane < cols)
+#pragma unroll
+            for (int i = 0; i < ROWS; i++)
+                if (i < rows) col[i] = B[lane * rows + i];
+    }
+    if (lane >= cols) return;
+    MC_GLOBAL T* u = (MC_GLOBAL T*)u_ + b * m * cols;
+    MC_GLOBAL T* vh = (MC_GLOBAL T*)vh_ + b * cols * n;
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+        if (i < rows) D::store(wide ? vh + rank * n + i : u + i * cols + rank, finite ? col[i] : nan);
+        if (i < cols) D::store(wide ? u + i * cols + rank : vh + rank * n + i, finite ? v[i] : nan);
+    }
+}
+
+// A warp per matrix, up to ROWS (16 or 32) rows and columns of B: the
+// block's warps each take one.
+template <class D, int ROWS>
+MC_DEVICE void svd_warps(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s,
+                         MC_GLOBAL void* vh, MC_GLOBAL int* info, int m, int n, int vectors, int batch) {
+    int warp = MC_TID >> 5;
+    mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS >> 5) + warp;
+    if (b >= batch) return;  // the whole warp: nothing below waits for the others
+    int rows = m > n ? m : n, cols = m < n ? m : n;
+    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * svd_floats(rows, cols, false);
+    svd_warp_matrix<D, ROWS>(id, M, a, u, s, vh, info, m, n, vectors, b);
+}
+template <class D>
+MC_DEVICE void svd_warp16(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s,
+                          MC_GLOBAL void* vh, MC_GLOBAL int* info, int m, int n, int vectors, int batch) {
+    svd_warps<D, 16>(id, S4, a, u, s, vh, info, m, n, vectors, batch);
+}
+MC_INSTANTIATE_DYNAMIC(svd_warp16, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s, MC_GLOBAL void* vh,
+                        MC_GLOBAL int* info, int m, int n, int vectors, int batch),
+                       (a, u, s, vh, info, m, n, vectors, batch))
+template <class D>
+MC_DEVICE void svd_warp(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s,
+                        MC_GLOBAL void* vh, MC_GLOBAL int* info, int m, int n, int vectors, int batch) {
+    svd_warps<D, 32>(id, S4, a, u, s, vh, info, m, n, vectors, batch);
+}
+MC_INSTANTIATE_DYNAMIC(svd_warp, float4, ,
                        (MC_GLOBAL const void* a, MC_GLOBAL void* u, MC_GLOBAL void* s, MC_GLOBAL void* vh,
                         MC_GLOBAL int* info, int m, int n, int vectors, int batch),
                        (a, u, s, vh, info, m, n, vectors, batch))

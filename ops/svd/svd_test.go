@@ -153,7 +153,7 @@ func TestSVD(t *testing.T) {
 func TestSVDSpecialMatrices(t *testing.T) {
 	tu.ForEachBackend(t, func(t *testing.T, be tu.Backend) {
 		rng := tu.RNG(t)
-		for _, mn := range [][2]int{{5, 5}, {24, 24}, {30, 7}, {7, 30}} {
+		for _, mn := range [][2]int{{5, 5}, {24, 24}, {30, 7}, {7, 30}, {40, 36}, {20, 45}} {
 			m, n := mn[0], mn[1]
 			k := min(m, n)
 			// random orthonormal P [m, k] and Q [n, k] (Gram-Schmidt in float64)
