@@ -20,6 +20,9 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 		clear(info)
 		return
 	}
+	if cols > maxSVDCols {
+		panic("svdLanes: more columns than maxSVDCols")
+	}
 	_ = b[cols*col-1]
 	clear(v[:cols*vcol])
 	for i := range cols {
@@ -28,17 +31,26 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
 	one, half, tolv := splat(1), splat(0.5), splat(tol)
-	var rotated uint64 // the lanes that rotated in this sweep
+	var norms [maxSVDCols * W]float32 // each column's ‖x‖², kept through a sweep's rotations
+	var rotated uint64                 // the lanes that rotated in this sweep
 	for range maxSweeps {
 		rotated = 0
+		for j := range cols {
+			var sq vf
+			for i := j * col; i < (j+1)*col; i += W {
+				x := load(b, i)
+				sq = x.MulAdd(x, sq)
+			}
+			store(sq, norms[:], j*W)
+		}
 		for p := 0; p < cols-1; p++ {
 			for q := p + 1; q < cols; q++ {
 				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
-				var alpha, beta, gamma vf
+				var gamma vf
 				for i := 0; i < col; i += W {
-					x, y := load(xs, i), load(ys, i)
-					alpha, beta, gamma = x.MulAdd(x, alpha), y.MulAdd(y, beta), x.MulAdd(y, gamma)
+					gamma = load(xs, i).MulAdd(load(ys, i), gamma)
 				}
+				alpha, beta := load(norms[:], p*W), load(norms[:], q*W)
 				turn := abs(gamma).Greater(tolv.Mul(alpha.Mul(beta).Sqrt()))
 				if turn.ToBits() == 0 {
 					continue
@@ -54,6 +66,9 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				rotated |= moved
 				c := one.Div(t.MulAdd(t, one).Sqrt())
 				s := t.Mul(c)
+				tg := t.Mul(gamma) // the rotated norms: ‖x‖² - t x·y and ‖y‖² + t x·y
+				store(alpha.Sub(tg), norms[:], p*W)
+				store(beta.Add(tg), norms[:], q*W)
 				for i := 0; i < col; i += W {
 					rotate(b, p*col+i, q*col+i, c, s)
 				}
@@ -71,3 +86,6 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 		info[l] = int32(rotated >> l & 1)
 	}
 }
+
+// maxSVDCols bounds svdLanes' columns (its norms live on the stack).
+const maxSVDCols = 256
