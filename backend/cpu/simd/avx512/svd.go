@@ -32,7 +32,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
 	one, half, tolv := splat(1), splat(0.5), splat(tol)
 	var norms [maxSVDCols * W]float32 // each column's ‖x‖², kept through a sweep's rotations
-	var rotated uint64                 // the lanes that rotated in this sweep
+	var rotated uint64                // the lanes that rotated in this sweep
 	for range maxSweeps {
 		rotated = 0
 		for j := range cols {
