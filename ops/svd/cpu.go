@@ -36,7 +36,7 @@ const (
 // tolerance is the rotations' threshold: a pair of B's columns whose
 // product |x·y| is at most tolerance · ‖x‖ ‖y‖ counts as orthogonal
 // (LAPACK's gesvj uses √rows times the unit roundoff).
-func tolerance(rows int) float32 { return float32(math.Sqrt(float64(rows))) * 0x1p-23 }
+func tolerance(rows int) float32 { return float32(math.Sqrt(float64(rows))) * 0x1p-24 }
 
 func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
 	rows, cols := s.rows(), s.cols()
@@ -286,8 +286,9 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 				rotated = true
 				c := 1 / sqrt(t*t+1)
 				s := t * c
-				rotatePair(x, y, c, s)
-				rotatePair(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], c, s)
+				tau := s / (1 + c)
+				rotatePair(x, y, s, tau)
+				rotatePair(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], s, tau)
 			}
 		}
 		if !rotated {
@@ -297,9 +298,10 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 	return 1
 }
 
-// rotatePair sets (x, y) = (c x - s y, s x + c y).
-func rotatePair(x, y []float32, c, s float32) {
+// rotatePair sets (x, y) = (c x - s y, s x + c y) as SVDLanes does:
+// x - s (y + tau x) and y + s (x - tau y), tau = s / (1 + c).
+func rotatePair(x, y []float32, s, tau float32) {
 	for i := range x {
-		x[i], y[i] = c*x[i]-s*y[i], s*x[i]+c*y[i]
+		x[i], y[i] = x[i]-s*(y[i]+tau*x[i]), y[i]+s*(x[i]-tau*y[i])
 	}
 }

@@ -23,21 +23,25 @@ MC_DEVICE int svd_floats(int rows, int cols, bool vectors) {
     return rows * cols + (vectors ? cols * cols : 0) + 2 * cols + rows + MC_BLOCK_SUM_SCRATCH;
 }
 
-#define SVD_TOLERANCE 1.1920929e-7f  // times √rows: ops/svd's tolerance
+#define SVD_TOLERANCE 5.9604645e-8f  // times √rows: ops/svd's tolerance
 
-// svd_angle is the rotation (c, s) that makes columns x and y orthogonal,
-// from ‖x‖² = ax, ‖y‖² = ay and x·y = g, and whether there is one: none
-// where they are orthogonal to tol (or the angle is too small to move
-// them).
-MC_DEVICE bool svd_angle(float ax, float ay, float g, float tol, MC_THREAD float& c, MC_THREAD float& s) {
-    c = 1.f, s = 0.f;
+// svd_angle is the rotation that makes columns x and y orthogonal, from
+// ‖x‖² = ax, ‖y‖² = ay and x·y = g, as its sine s and tau = s / (1 + c),
+// and whether there is one: none where they are orthogonal to tol (or the
+// angle is too small to move them). The rotation is applied as
+// x' = x - s (y + tau x), y' = y + s (x - tau y): c x - s y with the
+// cosine's distance from 1 kept exactly (a small angle's c rounds to 1,
+// which would grow every norm by s² a rotation).
+MC_DEVICE bool svd_angle(float ax, float ay, float g, float tol, MC_THREAD float& s, MC_THREAD float& tau) {
+    s = 0.f, tau = 0.f;
     if (!(fabsf(g) > tol * sqrtf(ax * ay))) return false;
     float zeta = 0.5f * (ay - ax) / g;
     float tn = 1.f / (fabsf(zeta) + sqrtf(fmaf(zeta, zeta, 1.f)));
     if (zeta < 0.f) tn = -tn;
     if (tn == 0.f) return false;
-    c = 1.f / sqrtf(fmaf(tn, tn, 1.f));
+    float c = 1.f / sqrtf(fmaf(tn, tn, 1.f));
     s = tn * c;
+    tau = s / (1.f + c);
     return true;
 }
 
@@ -50,13 +54,13 @@ template <bool WARP> MC_DEVICE float svd_sum(MC_IDS, float v, MC_GROUP float* sc
     return WARP ? mc_warp_sum(v) : mc_block_sum(id, v, scratch);
 }
 
-// svd_rotate sets (x, y) = (c x - s y, s x + c y) for columns X and Y of
-// length len, a lane of the warp at a time.
-MC_DEVICE void svd_rotate(MC_GROUP float* X, MC_GROUP float* Y, int len, int lane, float c, float s) {
+// svd_rotate rotates columns X and Y of length len (svd_angle's form), a
+// lane of the warp at a time.
+MC_DEVICE void svd_rotate(MC_GROUP float* X, MC_GROUP float* Y, int len, int lane, float s, float tau) {
     for (int i = lane; i < len; i += 32) {
         float x = X[i], y = Y[i];
-        X[i] = c * x - s * y;
-        Y[i] = fmaf(s, x, c * y);
+        X[i] = fmaf(-s, fmaf(tau, x, y), x);
+        Y[i] = fmaf(s, fmaf(-tau, y, x), y);
     }
 }
 
@@ -153,11 +157,11 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
                 alpha = mc_warp_sum(alpha);
                 beta = mc_warp_sum(beta);
                 gamma = mc_warp_sum(gamma);
-                float c, s;
-                if (!svd_angle(alpha, beta, gamma, tol, c, s)) continue;
+                float s, tau;
+                if (!svd_angle(alpha, beta, gamma, tol, s, tau)) continue;
                 rotated = 1.f;
-                svd_rotate(X, Y, rows, lane, c, s);
-                if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, c, s);
+                svd_rotate(X, Y, rows, lane, s, tau);
+                if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, s, tau);
             }
             MC_BARRIER();
         }
@@ -252,16 +256,17 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
             }
             float beta = mc_shfl(alpha, partner);
             bool low = lane < partner;
-            float c = 1.f, s = 0.f;
+            float s = 0.f, tau = 0.f;
             if (lane < cols && partner < cols &&
-                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, c, s))
+                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, s, tau))
                 rotated = 1.f;
-            float so = low ? -s : s;  // x' = c x - s y, y' = s x + c y
+            // svd_angle's form, the lower lane's column as x: own + so (other + to own)
+            float so = low ? -s : s, to = low ? tau : -tau;
 #pragma unroll
-            for (int i = 0; i < ROWS; i++) col[i] = fmaf(so, y[i], c * col[i]);
+            for (int i = 0; i < ROWS; i++) col[i] = fmaf(so, fmaf(to, col[i], y[i]), col[i]);
             if (vectors)
 #pragma unroll
-                for (int i = 0; i < ROWS; i++) v[i] = fmaf(so, mc_shfl(v[i], partner), c * v[i]);
+                for (int i = 0; i < ROWS; i++) v[i] = fmaf(so, fmaf(to, v[i], mc_shfl(v[i], partner)), v[i]);
         }
         converged = mc_warp_sum(rotated) == 0.f;
     }

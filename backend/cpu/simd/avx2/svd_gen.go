@@ -13,8 +13,12 @@ import (
 // the same pair of columns (p, q) in every lane and each lane's rotation
 // its own: none where its columns are orthogonal to tol, else the one that
 // makes them orthogonal, t = sign(ζ) / (|ζ| + √(1 + ζ²)) with
-// ζ = (‖y‖² - ‖x‖²) / (2 x·y). A sweep takes every pair in row order; the
-// sweeps end once no lane rotated in one.
+// ζ = (‖y‖² - ‖x‖²) / (2 x·y), each column's ‖x‖² kept through a sweep's
+// rotations (recomputed at its start). A sweep takes every pair in row
+// order; the sweeps end once no lane rotated in one. Rotations are applied
+// as x' = x - s (y + tau x), y' = y + s (x - tau y), tau = s / (1 + c):
+// c x - s y with the cosine's distance from 1 kept exactly (a small
+// angle's c rounds to 1, which would grow every norm by s² a rotation).
 func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32) {
 	info = info[:W]
 	col, vcol := rows*W, cols*W
@@ -68,14 +72,16 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				rotated |= moved
 				c := one.Div(t.MulAdd(t, one).Sqrt())
 				s := t.Mul(c)
+				tau := s.Div(one.Add(c))
+				ns, ntau := zero().Sub(s), zero().Sub(tau)
 				tg := t.Mul(gamma) // the rotated norms: ‖x‖² - t x·y and ‖y‖² + t x·y
 				store(alpha.Sub(tg), norms[:], p*W)
 				store(beta.Add(tg), norms[:], q*W)
 				for i := 0; i < col; i += W {
-					rotate(b, p*col+i, q*col+i, c, s)
+					rotateSmall(b, p*col+i, q*col+i, s, ns, tau, ntau)
 				}
 				for i := 0; i < vcol; i += W {
-					rotate(v, p*vcol+i, q*vcol+i, c, s)
+					rotateSmall(v, p*vcol+i, q*vcol+i, s, ns, tau, ntau)
 				}
 			}
 		}
@@ -91,3 +97,11 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 
 // maxSVDCols bounds svdLanes' columns (its norms live on the stack).
 const maxSVDCols = 256
+
+// rotateSmall rotates the vectors at m[i:] and m[j:] in svdLanes' form
+// (ns, ntau: -s, -tau).
+func rotateSmall(m []float32, i, j int, s, ns, tau, ntau vf) {
+	x, y := load(m, i), load(m, j)
+	store(ns.MulAdd(tau.MulAdd(x, y), x), m, i)
+	store(s.MulAdd(ntau.MulAdd(y, x), y), m, j)
+}
