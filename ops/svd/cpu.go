@@ -38,6 +38,13 @@ const (
 // (LAPACK's gesvj uses √rows times the unit roundoff).
 func tolerance(rows int) float32 { return float32(math.Sqrt(float64(rows))) * 0x1p-24 }
 
+// frozen is the squared norm at or below which a column of B, whose
+// squared Frobenius norm is frobenius2 (which rotations keep), is rounding
+// residue: its direction is noise. It is not rotated (with the others it
+// never settles, and mixes its noise into every column it meets: the
+// sweeps went on), and its vector is completed as a zero column's is.
+func frozen(frobenius2, tol float32) float32 { return 4 * tol * tol * frobenius2 }
+
 func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
 	rows, cols := s.rows(), s.cols()
 	infos := unsafe.Slice((*int32)(iv.Base), s.batch)
@@ -164,14 +171,21 @@ func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *c
 	if !io.s.vectors {
 		return info
 	}
+	var frobenius2 float32
+	for _, sj := range sigma {
+		frobenius2 += sj * sj
+	}
+	// at or below cut, residue: frozen's bound with a margin for the rounding
+	// of ‖B‖² between here and the sweeps
+	cut := float32(math.Sqrt(float64(1.25 * frozen(frobenius2, tolerance(rows)))))
 	for j := range cols {
-		if col := bm[j*rows : (j+1)*rows]; sigma[j] > 0 {
+		if col := bm[j*rows : (j+1)*rows]; sigma[j] > cut {
 			for i := range col {
 				col[i] /= sigma[j]
 			}
 		}
 	}
-	complete(bm, rows, cols, sigma, x)
+	complete(bm, rows, cols, sigma, cut, x)
 	uo := io.u.At(b*m*k).Out(0, sc.Buf(bufU, m*k))
 	vho := io.vh.At(b*k*n).Out(0, sc.Buf(bufVh, k*n))
 	left, right := columnsInto(uo, k), rowsInto(vho, n) // tall: U gets B's columns, Vh V's
@@ -206,15 +220,17 @@ func rowsInto(dst []float32, n int) func(vec []float32, r int) {
 	return func(vec []float32, r int) { copy(dst[r*n:(r+1)*n], vec) }
 }
 
-// complete replaces each column of bm (rows long, unit or zero) whose norm
-// sigma is zero by a unit vector orthogonal to every column before it and
-// every nonzero one: Gram-Schmidt, twice, from the unit vector e_i whose
-// row i those columns fill least (its residual keeps at least 1/rows of its
-// squared length). x is rows floats of scratch.
-func complete(bm []float32, rows, cols int, sigma, x []float32) {
-	kept := func(i, j int) bool { return i != j && (sigma[i] != 0 || i < j) }
+// complete replaces each column of bm (rows long, unit where its norm
+// sigma passes cut) whose norm is at most cut (a zero or residue column)
+// by a unit vector orthogonal
+// to every column before it and every unit one: Gram-Schmidt, twice, from
+// the unit vector e_i whose row i those columns fill least (its residual
+// keeps at least 1/rows of its squared length). x is rows floats of
+// scratch.
+func complete(bm []float32, rows, cols int, sigma []float32, cut float32, x []float32) {
+	kept := func(i, j int) bool { return i != j && (sigma[i] > cut || i < j) }
 	for j := range cols {
-		if sigma[j] != 0 {
+		if sigma[j] > cut {
 			continue
 		}
 		best, least := 0, float32(math.Inf(1))
@@ -263,6 +279,7 @@ func dot(x, y []float32) float32 {
 func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 	cpu.Eye(v, cols, cols, cols)
 	tol := tolerance(rows)
+	residue := frozen(dot(bm, bm), tol)
 	abs := func(x float32) float32 { return float32(math.Abs(float64(x))) }
 	sqrt := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 	for range MaxSweeps {
@@ -272,7 +289,7 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 			for q := p + 1; q < cols; q++ {
 				y := bm[q*rows : (q+1)*rows]
 				alpha, beta, gamma := dot(x, x), dot(y, y), dot(x, y)
-				if !(abs(gamma) > tol*sqrt(alpha*beta)) {
+				if !(abs(gamma) > tol*sqrt(alpha)*sqrt(beta)) || alpha <= residue || beta <= residue {
 					continue
 				}
 				zeta := 0.5 * (beta - alpha) / gamma

@@ -27,14 +27,17 @@ MC_DEVICE int svd_floats(int rows, int cols, bool vectors) {
 
 // svd_angle is the rotation that makes columns x and y orthogonal, from
 // ‖x‖² = ax, ‖y‖² = ay and x·y = g, as its sine s and tau = s / (1 + c),
-// and whether there is one: none where they are orthogonal to tol (or the
-// angle is too small to move them). The rotation is applied as
+// and whether there is one: none where they are orthogonal to tol, or
+// either column's squared norm is at most residue (ops/svd's tolerance and
+// frozen), or the angle is too small to move them. The rotation is applied
+// as
 // x' = x - s (y + tau x), y' = y + s (x - tau y): c x - s y with the
 // cosine's distance from 1 kept exactly (a small angle's c rounds to 1,
 // which would grow every norm by s² a rotation).
-MC_DEVICE bool svd_angle(float ax, float ay, float g, float tol, MC_THREAD float& s, MC_THREAD float& tau) {
+MC_DEVICE bool svd_angle(float ax, float ay, float g, float tol, float residue, MC_THREAD float& s,
+                         MC_THREAD float& tau) {
     s = 0.f, tau = 0.f;
-    if (!(fabsf(g) > tol * sqrtf(ax * ay))) return false;
+    if (!(fabsf(g) > tol * sqrtf(ax) * sqrtf(ay)) || !(fminf(ax, ay) > residue)) return false;
     float zeta = 0.5f * (ay - ax) / g;
     float tn = 1.f / (fabsf(zeta) + sqrtf(fmaf(zeta, zeta, 1.f)));
     if (zeta < 0.f) tn = -tn;
@@ -64,23 +67,26 @@ MC_DEVICE void svd_rotate(MC_GROUP float* X, MC_GROUP float* Y, int len, int lan
     }
 }
 
-// Whether column i of B stays as it is while column j (of zero norm) is
-// completed: every nonzero column, and the zero ones completed before j.
-MC_DEVICE bool svd_kept(MC_GROUP const float* sigma, int i, int j) { return i != j && (sigma[i] != 0.f || i < j); }
+// Whether column i of B stays as it is while column j (of norm at most
+// cut) is completed: every longer column, and the others completed before
+// j.
+MC_DEVICE bool svd_kept(MC_GROUP const float* sigma, float cut, int i, int j) {
+    return i != j && (sigma[i] > cut || i < j);
+}
 
-// svd_complete replaces each zero column of B (the others unit) by a unit
-// vector orthogonal to the kept ones: Gram-Schmidt, twice, from the unit
-// vector of the row those fill least (ops/svd's complete); by threads t of
-// nt, the block's or (WARP) a warp's.
+// svd_complete replaces each column of B whose norm is at most cut (the
+// others unit) by a unit vector orthogonal to the kept ones: Gram-Schmidt,
+// twice, from the unit vector of the row those fill least (ops/svd's
+// complete); by threads t of nt, the block's or (WARP) a warp's.
 template <bool WARP>
 MC_DEVICE void svd_complete(MC_IDS, int t, int nt, MC_GROUP float* B, int rows, int cols, MC_GROUP const float* sigma,
-                            MC_GROUP float* x, MC_GROUP float* scratch) {
+                            float cut, MC_GROUP float* x, MC_GROUP float* scratch) {
     for (int j = 0; j < cols; j++) {
-        if (sigma[j] != 0.f) continue;
+        if (sigma[j] > cut) continue;
         for (int e = t; e < rows; e += nt) {
             float fill = 0.f;
             for (int i = 0; i < cols; i++)
-                if (svd_kept(sigma, i, j)) fill = fmaf(B[i * rows + e], B[i * rows + e], fill);
+                if (svd_kept(sigma, cut, i, j)) fill = fmaf(B[i * rows + e], B[i * rows + e], fill);
             x[e] = fill;
         }
         svd_sync<WARP>();
@@ -91,7 +97,7 @@ MC_DEVICE void svd_complete(MC_IDS, int t, int nt, MC_GROUP float* B, int rows, 
         for (int e = t; e < rows; e += nt) x[e] = e == best ? 1.f : 0.f;
         for (int pass = 0; pass < 2; pass++)
             for (int i = 0; i < cols; i++) {
-                if (!svd_kept(sigma, i, j)) continue;
+                if (!svd_kept(sigma, cut, i, j)) continue;
                 float d = 0.f;
                 for (int e = t; e < rows; e += nt) d = fmaf(B[i * rows + e], x[e], d);
                 d = svd_sum<WARP>(id, d, scratch);
@@ -129,13 +135,16 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
     amax = mc_block_max(id, amax, scratch);
     bool finite = mc_block_sum(id, bad, scratch) == 0.f;
     float div = amax > 0.f ? amax : 1.f;
+    float sq = 0.f;
     for (int e = t; e < mn; e += nt) {  // A[i][j]: column j of a tall B, column i of a wide one
         int i = e / n, j = e - i * n;
-        B[wide ? i * rows + j : j * rows + i] = finite ? D::load(a + e) / div : 0.f;
+        float x = finite ? D::load(a + e) / div : 0.f;
+        B[wide ? i * rows + j : j * rows + i] = x;
+        sq = fmaf(x, x, sq);
     }
     for (int e = t; vectors && e < cols * cols; e += nt) V[e] = e % (cols + 1) == 0 ? 1.f : 0.f;
-    MC_BARRIER();
-    float tol = sqrtf((float)rows) * SVD_TOLERANCE;
+    float tol = sqrtf((float)rows) * SVD_TOLERANCE, residue = 4.f * tol * tol * mc_block_sum(id, sq, scratch);
+    MC_BARRIER();  // B and V stored (mc_block_sum has no barrier in a one-warp block)
     int players = 2 * ((cols + 1) / 2), pairs = players / 2;
     bool converged = !finite || cols < 2;
     for (int sweep = 0; sweep < SVD_MAX_SWEEPS && !converged; sweep++) {
@@ -158,7 +167,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
                 beta = mc_warp_sum(beta);
                 gamma = mc_warp_sum(gamma);
                 float s, tau;
-                if (!svd_angle(alpha, beta, gamma, tol, s, tau)) continue;
+                if (!svd_angle(alpha, beta, gamma, tol, residue, s, tau)) continue;
                 rotated = 1.f;
                 svd_rotate(X, Y, rows, lane, s, tau);
                 if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, s, tau);
@@ -168,9 +177,9 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
         converged = mc_block_sum(id, rotated, scratch) == 0.f;
     }
     for (int j = t; j < cols; j += nt) {
-        float sq = 0.f;
-        for (int i = 0; i < rows; i++) sq = fmaf(B[j * rows + i], B[j * rows + i], sq);
-        sigma[j] = sqrtf(sq);
+        float norm2 = 0.f;
+        for (int i = 0; i < rows; i++) norm2 = fmaf(B[j * rows + i], B[j * rows + i], norm2);
+        sigma[j] = sqrtf(norm2);
     }
     MC_BARRIER();
     for (int j = t; j < cols; j += nt) {
@@ -184,12 +193,13 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
     MC_GLOBAL T* s = (MC_GLOBAL T*)s_ + b * cols;
     for (int j = t; j < cols; j += nt) D::store(s + rank[j], finite ? sigma[j] * amax : nan);
     if (!vectors) return;
+    float cut = sqrtf(1.25f * residue);  // at or below it, residue (a margin for ‖B‖²'s rounding: ops/svd's store)
     for (int e = t; e < rows * cols; e += nt) {
         float norm = sigma[e / rows];
-        if (norm > 0.f) B[e] /= norm;
+        if (norm > cut) B[e] /= norm;
     }
     MC_BARRIER();
-    svd_complete<false>(id, t, nt, B, rows, cols, sigma, x, scratch);
+    svd_complete<false>(id, t, nt, B, rows, cols, sigma, cut, x, scratch);
     // B's columns are U's (tall) or Vh's rows (wide); V's the other side's
     MC_GLOBAL T* u = (MC_GLOBAL T*)u_ + b * m * cols;
     MC_GLOBAL T* vh = (MC_GLOBAL T*)vh_ + b * cols * n;
@@ -234,9 +244,13 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
     amax = mc_warp_max(amax);
     bool finite = mc_warp_sum(bad) == 0.f;
     float div = amax > 0.f ? amax : 1.f;
+    float sq = 0.f;
 #pragma unroll
-    for (int i = 0; i < ROWS; i++) col[i] = finite ? col[i] / div : 0.f;
-    float tol = sqrtf((float)rows) * SVD_TOLERANCE;
+    for (int i = 0; i < ROWS; i++) {
+        col[i] = finite ? col[i] / div : 0.f;
+        sq = fmaf(col[i], col[i], sq);
+    }
+    float tol = sqrtf((float)rows) * SVD_TOLERANCE, residue = 4.f * tol * tol * mc_warp_sum(sq);
     int players = cols <= 16 ? 16 : 32;
     bool converged = !finite || cols < 2;
     for (int sweep = 0; sweep < SVD_MAX_SWEEPS && !converged; sweep++) {
@@ -258,7 +272,7 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
             bool low = lane < partner;
             float s = 0.f, tau = 0.f;
             if (lane < cols && partner < cols &&
-                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, s, tau))
+                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, residue, s, tau))
                 rotated = 1.f;
             // svd_angle's form, the lower lane's column as x: own + so (other + to own)
             float so = low ? -s : s, to = low ? tau : -tau;
@@ -270,10 +284,10 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
         }
         converged = mc_warp_sum(rotated) == 0.f;
     }
-    float sq = 0.f;
+    float norm2 = 0.f;
 #pragma unroll
-    for (int i = 0; i < ROWS; i++) sq = fmaf(col[i], col[i], sq);
-    float sigma = sqrtf(sq);
+    for (int i = 0; i < ROWS; i++) norm2 = fmaf(col[i], col[i], norm2);
+    float sigma = sqrtf(norm2);
     int rank = 0;
     for (int i = 0; i < 32; i++) {
         float other = mc_shfl(sigma, i);
@@ -283,10 +297,11 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
     float nan = mc_inf() - mc_inf();
     if (lane < cols) D::store((MC_GLOBAL T*)s_ + b * cols + rank, finite ? sigma * amax : nan);
     if (!vectors) return;
+    float cut = sqrtf(1.25f * residue);  // at or below it, residue (ops/svd's store)
 #pragma unroll
     for (int i = 0; i < ROWS; i++)
-        if (sigma > 0.f) col[i] /= sigma;
-    if (mc_warp_sum(lane < cols && sigma == 0.f ? 1.f : 0.f) > 0.f) {  // complete the zero columns in shared memory
+        if (sigma > cut) col[i] /= sigma;
+    if (mc_warp_sum(lane < cols && sigma <= cut ? 1.f : 0.f) > 0.f) {  // complete those columns in shared memory
         MC_GROUP float* B = M;
         MC_GROUP float* sig = B + rows * cols;
         MC_GROUP float* x = sig + 2 * cols;
@@ -297,7 +312,7 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
                 if (i < rows) B[lane * rows + i] = col[i];
         }
         MC_WARP_BARRIER();
-        svd_complete<true>(id, lane, 32, B, rows, cols, sig, x, x + rows);
+        svd_complete<true>(id, lane, 32, B, rows, cols, sig, cut, x, x + rows);
         if (lane < cols)
 #pragma unroll
             for (int i = 0; i < ROWS; i++)

@@ -235,6 +235,44 @@ func TestSVDSpecialMatrices(t *testing.T) {
 	})
 }
 
+// Batches of rank-deficient products (rank 1, 2 and half the order): their
+// columns collapse onto few directions, leaving the others rounding
+// residue many orders shorter, which must neither keep the sweeps going nor
+// leave U and Vh short of orthonormal.
+func TestSVDRankDeficient(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, be tu.Backend) {
+		rng := tu.RNG(t)
+		for _, mn := range [][2]int{{5, 5}, {24, 24}, {30, 7}, {7, 30}, {40, 36}} {
+			m, n := mn[0], mn[1]
+			k := min(m, n)
+			var av []float64
+			const batch = 24
+			for b := range batch {
+				rank := []int{1, 2, max(1, k/2)}[b%3]
+				p, q := random(rng, m, rank, core.F32), random(rng, rank, n, core.F32)
+				for i := range m {
+					for j := range n {
+						x := 0.0
+						for l := range rank {
+							x += p[i*rank+l] * q[l*n+j]
+						}
+						av = append(av, x)
+					}
+				}
+			}
+			a := be.New(core.F32, []int64{batch, int64(m), int64(n)}).Set(av)
+			s, u, vh, info := outputs(be, core.F32, []int64{batch}, m, n, true)
+			require.NoError(t, SVD(a.Ptr(), u.Ptr(), s.Ptr(), vh.Ptr(), info.Ptr(), nil))
+			require.Equal(t, make([]float64, batch), info.Values(), "%dx%d", m, n)
+			ss, us, vhs := s.Values(), u.Values(), vh.Values()
+			for b := range batch {
+				checkSVD(t, fmt.Sprintf("%dx%d matrix %d", m, n, b), av[b*m*n:(b+1)*m*n], ss[b*k:(b+1)*k],
+					us[b*m*k:(b+1)*m*k], vhs[b*k*n:(b+1)*k*n], m, n, 1e-5)
+			}
+		}
+	})
+}
+
 // Empty batches and empty matrices write only info; bad calls are refused
 // with nothing written.
 func TestSVDShapesAndRefusals(t *testing.T) {

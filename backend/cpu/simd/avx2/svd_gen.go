@@ -12,9 +12,11 @@ import (
 // svdLanes is simd.Table.SVDLanes: one-sided Jacobi on W matrices at once,
 // the same pair of columns (p, q) in every lane and each lane's rotation
 // its own: none where its columns are orthogonal to tol, else the one that
-// makes them orthogonal, t = sign(ζ) / (|ζ| + √(1 + ζ²)) with
-// ζ = (‖y‖² - ‖x‖²) / (2 x·y), each column's ‖x‖² kept through a sweep's
-// rotations (recomputed at its start). A sweep takes every pair in row
+// makes them orthogonal (ops/svd's tolerance says which are; a column
+// frozen there is not rotated), t = sign(ζ) / (|ζ| + √(1 + ζ²)) with
+// ζ = (‖y‖² - ‖x‖²) / (2 x·y), each column's ‖x‖² formed once and again
+// from the new entries of each rotation of it (an update ‖x‖² - t x·y
+// cancels where y was nearly parallel to x). A sweep takes every pair in row
 // order; the sweeps end once no lane rotated in one. Rotations are applied
 // as x' = x - s (y + tau x), y' = y + s (x - tau y), tau = s / (1 + c):
 // c x - s y with the cosine's distance from 1 kept exactly (a small
@@ -37,18 +39,21 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
 	one, half, tolv := splat(1), splat(0.5), splat(tol)
-	var norms [maxSVDCols * W]float32 // each column's ‖x‖², kept through a sweep's rotations
-	var rotated uint64                // the lanes that rotated in this sweep
+	var norms [maxSVDCols * W]float32 // each column's ‖x‖²
+	var frobenius2 vf
+	for j := range cols {
+		var sq vf
+		for i := j * col; i < (j+1)*col; i += W {
+			x := load(b, i)
+			sq = x.MulAdd(x, sq)
+		}
+		store(sq, norms[:], j*W)
+		frobenius2 = frobenius2.Add(sq)
+	}
+	residue := frobenius2.Mul(splat(4 * tol * tol)) // ops/svd's frozen
+	var rotated uint64                              // the lanes that rotated in this sweep
 	for range maxSweeps {
 		rotated = 0
-		for j := range cols {
-			var sq vf
-			for i := j * col; i < (j+1)*col; i += W {
-				x := load(b, i)
-				sq = x.MulAdd(x, sq)
-			}
-			store(sq, norms[:], j*W)
-		}
 		for p := 0; p < cols-1; p++ {
 			for q := p + 1; q < cols; q++ {
 				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
@@ -57,7 +62,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 					gamma = load(xs, i).MulAdd(load(ys, i), gamma)
 				}
 				alpha, beta := load(norms[:], p*W), load(norms[:], q*W)
-				turn := abs(gamma).Greater(tolv.Mul(alpha.Mul(beta).Sqrt()))
+				turn := abs(gamma).Greater(tolv.Mul(alpha.Sqrt()).Mul(beta.Sqrt())).And(alpha.Min(beta).Greater(residue))
 				if turn.ToBits() == 0 {
 					continue
 				}
@@ -74,12 +79,13 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				s := t.Mul(c)
 				tau := s.Div(one.Add(c))
 				ns, ntau := zero().Sub(s), zero().Sub(tau)
-				tg := t.Mul(gamma) // the rotated norms: ‖x‖² - t x·y and ‖y‖² + t x·y
-				store(alpha.Sub(tg), norms[:], p*W)
-				store(beta.Add(tg), norms[:], q*W)
+				var ax, ay vf // the new norms (a lane that does not turn keeps its columns)
 				for i := 0; i < col; i += W {
-					rotateSmall(b, p*col+i, q*col+i, s, ns, tau, ntau)
+					x, y := rotateSmall(b, p*col+i, q*col+i, s, ns, tau, ntau)
+					ax, ay = x.MulAdd(x, ax), y.MulAdd(y, ay)
 				}
+				store(ax, norms[:], p*W)
+				store(ay, norms[:], q*W)
 				for i := 0; i < vcol; i += W {
 					rotateSmall(v, p*vcol+i, q*vcol+i, s, ns, tau, ntau)
 				}
@@ -99,9 +105,11 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 const maxSVDCols = 256
 
 // rotateSmall rotates the vectors at m[i:] and m[j:] in svdLanes' form
-// (ns, ntau: -s, -tau).
-func rotateSmall(m []float32, i, j int, s, ns, tau, ntau vf) {
-	x, y := load(m, i), load(m, j)
-	store(ns.MulAdd(tau.MulAdd(x, y), x), m, i)
-	store(s.MulAdd(ntau.MulAdd(y, x), y), m, j)
+// (ns, ntau: -s, -tau), and returns the new vectors.
+func rotateSmall(m []float32, i, j int, s, ns, tau, ntau vf) (x, y vf) {
+	x0, y0 := load(m, i), load(m, j)
+	x, y = ns.MulAdd(tau.MulAdd(x0, y0), x0), s.MulAdd(ntau.MulAdd(y0, x0), y0)
+	store(x, m, i)
+	store(y, m, j)
+	return x, y
 }
