@@ -265,6 +265,21 @@ func TestMetalSimOps(t *testing.T) {
 	}
 }
 
+// Cross-entropy on vocabulary-wide rows, whose pieces past a thread's
+// registers the kernel keeps in threadgroup memory for the gradient's pass.
+func TestMetalSimWideCrossEntropy(t *testing.T) {
+	for _, dt := range tu.DTypes {
+		s := newSimRun(t)
+		sh := []int64{2, 40000}
+		x := s.rand(dt, sh, 1)
+		target := s.in(core.I64, []int64{2}, []float64{39999, 17})
+		s.check(fmt.Sprintf("wide cross-entropy %s", dt), []out{{core.F32, sh[:1]}, {dt, sh}}, tu.Tol(dt),
+			func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+				return loss.CrossEntropy(on(x), on(target), -100, 0.1, nil, o[0].Ptr(), o[1].Ptr(), e)
+			})
+	}
+}
+
 func TestMetalSimRoPE(t *testing.T) {
 	for _, dt := range tu.DTypes {
 		// D 8: 16-bit halves element by element; D 16: every dtype in whole vectors

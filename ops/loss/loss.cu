@@ -4,7 +4,54 @@
 // together (online: the sum is rescaled whenever the maximum rises) and its
 // sum (for label smoothing), combined through the block's shared memory (so
 // that an in-place gradient never overwrites a logit another thread has yet
-// to read); the second writes the gradient.
+// to read); the second writes the gradient. The first pass keeps the row on
+// chip for the second: MC_CACHE pieces a thread in registers, then up to
+// `spill` more in shared memory (in the row's dtype), so that a vocabulary
+// row up to both is read from memory once.
+
+// The floats of shared memory before the spilled pieces: the reductions'
+// scratch, rounded up to 16 bytes (ops/loss's spillPieces).
+#define CE_SCRATCH 68
+
+// ce_load is mc_row_load keeping pieces [C, C + spill) of each thread in
+// spilled as well (thread-major: a warp's 16-byte pieces side by side);
+// ce_each passes them to f again from there.
+template <class D, int C, class F>
+MC_DEVICE void ce_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled, int spill, MC_THREAD F& f) {
+    enum { N = Vec<D>::N };
+    int n = row.pieces(id), end = n < C + spill ? n : C + spill;
+#pragma unroll
+    for (int k = 0; k < C; k++)
+        if (k < n) {
+            row.next.get(id, k, row.src, row.cols, row.vec, row.v[k]);
+            f(row.v[k], k, mc_piece_start(id, k, N));
+        }
+    row.next.have = false;
+    for (int k = C; k < end; k++) {
+        int s = mc_piece_start(id, k, N);
+        float v[N];
+        mc_fetch<D>(row.src, row.cols, row.vec, s, v);
+        MC_GROUP typename D::T* keep = (MC_GROUP typename D::T*)(spilled + (k - C) * MC_NTHREADS + MC_TID);
+        for (int j = 0; j < N; j++) keep[j] = D::pack(v[j]);
+        f(v, k, s);
+    }
+    mc_row_stream<D, 2>(id, row.src, row.cols, row.vec, end, f);
+}
+template <class D, int C, class F>
+MC_DEVICE void ce_each(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled, int spill, MC_THREAD F& f) {
+    enum { N = Vec<D>::N };
+    int n = row.pieces(id), end = n < C + spill ? n : C + spill;
+#pragma unroll
+    for (int k = 0; k < C; k++)
+        if (k < n) f(row.v[k], k, mc_piece_start(id, k, N));
+    for (int k = C; k < end; k++) {
+        MC_GROUP const typename D::T* kept = (MC_GROUP const typename D::T*)(spilled + (k - C) * MC_NTHREADS + MC_TID);
+        float v[N];
+        for (int j = 0; j < N; j++) v[j] = D::unpack(kept[j]);
+        f(v, k, mc_piece_start(id, k, N));
+    }
+    mc_row_stream<D, 2>(id, row.src, row.cols, row.vec, end, f);
+}
 
 // exp(x - c) as the kernels take it: exp2 of one fused multiply-add (c2 =
 // c * log2(e))
@@ -54,14 +101,17 @@ template <class D> struct CeGrad {
 
 // has_scale: 0, none (1); 1, one for every row; 2, one per row. stats: 0,
 // none; 1, write each row's log-sum-exp to lse; 2, read it there (no loss,
-// and the gradient from one pass over the row)
+// and the gradient from one pass over the row). spill: the pieces a thread
+// keeps in shared memory past its registers, after CE_SCRATCH floats.
 template <class D>
-MC_DEVICE void cross_entropy(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* x_, mc_i64 xs,
+MC_DEVICE void cross_entropy(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* x_, mc_i64 xs,
                              MC_GLOBAL const mc_i64* target, mc_i64 ignore, float smoothing,
                              MC_GLOBAL const float* scale, int has_scale, MC_GLOBAL float* loss, MC_GLOBAL void* g_,
-                             mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols) {
+                             mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols, int spill) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
+    MC_GROUP float* red = (MC_GROUP float*)S4;
+    MC_GROUP uint4* spilled = (MC_GROUP uint4*)(red + CE_SCRATCH);
     mc_i64 r = MC_BLOCK, t = target[r];
     MC_GLOBAL T* g = (MC_GLOBAL T*)g_ + r * gs;
     MC_GLOBAL const T* xr = (MC_GLOBAL const T*)x_ + r * xs;
@@ -86,7 +136,7 @@ MC_DEVICE void cross_entropy(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* 
         // over it
         float xt = MC_TID == 0 && in_range ? D::load(xr + t) : 0.f;
         CeFirst<D> first = {cols, smoothing > 0.f, -mc_inf(), 0.f, 0.f};
-        if (has_grad) mc_row_load(id, x, first);  // the gradient's pass reads the cached pieces
+        if (has_grad) ce_load(id, x, spilled, spill, first);  // the gradient's pass reads the kept pieces
         else mc_row_stream<D, 4>(id, xr, cols, x.vec, 0, first);
         float m = mc_block_max(id, first.m, red);
         float sum = first.m == -mc_inf() ? 0.f : first.sum * ce_exp(first.m, m * CE_LOG2E), sx = first.sx;
@@ -101,13 +151,15 @@ MC_DEVICE void cross_entropy(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* 
     float sc = has_scale != 0 ? scale[has_scale == 2 ? r : 0] : 1.f;
     CeGrad<D> w = {l * CE_LOG2E, sc, smoothing / v, 1.f - smoothing, nan, (int)t, g, cols, mc_aligned(g, cols, N), bad};
     if (stats == 2) mc_row_stream<D, 4>(id, xr, cols, x.vec, 0, w);  // nothing cached: one pass
-    else mc_row_each(id, x, w);
+    else ce_each(id, x, spilled, spill, w);
 }
-MC_INSTANTIATE_GROUP(cross_entropy, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(1024, 1),
-                     (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const mc_i64* target, mc_i64 ignore,
-                      float smoothing, MC_GLOBAL const float* scale, int has_scale, MC_GLOBAL float* loss,
-                      MC_GLOBAL void* g, mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols),
-                     (x, xs, target, ignore, smoothing, scale, has_scale, loss, g, gs, has_grad, lse, stats, cols))
+MC_INSTANTIATE_DYNAMIC(cross_entropy, float4, MC_BOUNDS(1024, 1),
+                       (MC_GLOBAL const void* x, mc_i64 xs, MC_GLOBAL const mc_i64* target, mc_i64 ignore,
+                        float smoothing, MC_GLOBAL const float* scale, int has_scale, MC_GLOBAL float* loss,
+                        MC_GLOBAL void* g, mc_i64 gs, int has_grad, MC_GLOBAL float* lse, int stats, int cols,
+                        int spill),
+                       (x, xs, target, ignore, smoothing, scale, has_scale, loss, g, gs, has_grad, lse, stats, cols,
+                        spill))
 
 // grad *= scale[0] over n contiguous elements (a grid-stride loop of 16-byte
 // pieces where aligned), nothing written where scale[0] is 1: the usual

@@ -101,6 +101,42 @@ func TestCrossEntropy(t *testing.T) {
 	})
 }
 
+// Vocabulary-wide rows, whose pieces a GPU keeps in registers, then in
+// shared memory, then re-reads (past 151936 bfloat16 on CUDA): loss and
+// gradient, apart and in place, against float64.
+func TestCrossEntropyWideRows(t *testing.T) {
+	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {
+		rng := tu.RNG(t)
+		for _, dt := range tu.DTypes {
+			for _, cols := range []int{32003, 128256, 151937} {
+				rows := 2
+				x := b.New(dt, []int64{int64(rows), int64(cols)})
+				xs := x.Rand(rng, 4)
+				tt := b.New(core.I64, []int64{int64(rows)}).Set(targets(rng, rows, cols, false))
+				var wantLoss, wantGrad []float64
+				for r, row := range tu.Rows(xs, cols) {
+					l, g := RefCrossEntropy(row, int(tt.Values()[r]), 0.1, 1)
+					if int(tt.Values()[r]) == ignore {
+						l, g = 0, make([]float64, cols)
+					}
+					wantLoss, wantGrad = append(wantLoss, l), append(wantGrad, g...)
+				}
+				for _, inPlace := range []bool{false, true} {
+					what := fmt.Sprintf("%v %d in place %v", dt, cols, inPlace)
+					loss, g := b.New(core.F32, []int64{int64(rows)}), x
+					if !inPlace {
+						g = b.New(dt, []int64{int64(rows), int64(cols)})
+					}
+					require.NoError(t, CrossEntropy(x.Ptr(), tt.Ptr(), ignore, 0.1, nil, loss.Ptr(), g.Ptr(), nil), what)
+					tu.CloseScaled(t, what+" loss", loss.Values(), wantLoss, 2e-5, 1+maxAbs(xs))
+					// float16's gradients here are subnormal: its smallest step bounds their error
+					tu.CloseScaled(t, what+" dlogits", g.Values(), wantGrad, tu.Tol(dt), max(2/float64(cols), 0x1p-24/tu.Tol(dt)))
+				}
+			}
+		}
+	})
+}
+
 // Without dlogits, the loss alone; with every row ignored, zeros.
 func TestCrossEntropyLossOnlyAndAllIgnored(t *testing.T) {
 	tu.ForEachBackend(t, func(t *testing.T, b tu.Backend) {

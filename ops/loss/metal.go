@@ -8,6 +8,9 @@ import (
 	"metalcore/internal/core"
 )
 
+// maxMetalShared is a threadgroup's memory.
+const maxMetalShared = 32 << 10
+
 func init() {
 	metal.Register("loss", kernels)
 	crossEntropy.Register(core.DeviceMetal, func(x, t, scale, loss, g, lse *core.View, a args, enc unsafe.Pointer) error {
@@ -28,10 +31,12 @@ func init() {
 			return metal.Buf(v)
 		}
 		kernel := dialect.Kernel("cross_entropy", x.DType)
-		p.Dispatch(kernel, x.Rows, p.Threads(kernel, dialect.RowThreads(x.Cols, x.DType, 4)),
-			metal.Buf(x), metal.I64(k.strides[0]), metal.Buf(t), metal.I64(a.ignore), metal.F32(a.smoothing), buf(scale),
-			metal.I32(k.hasScale), buf(loss), buf(g), metal.I64(k.strides[1]), metal.I32(k.hasGrad), buf(lse),
-			metal.I32(int(a.stats)), metal.I32(x.Cols))
+		threads := p.Threads(kernel, dialect.RowThreads(x.Cols, x.DType, 4))
+		spill := spillPieces(x, a, k.hasGrad == 1, threads, maxMetalShared)
+		p.DispatchWith(kernel, x.Rows, threads, sharedBytes(spill, threads), nil, metal.Buf(x), metal.I64(k.strides[0]),
+			metal.Buf(t), metal.I64(a.ignore), metal.F32(a.smoothing), buf(scale), metal.I32(k.hasScale), buf(loss), buf(g),
+			metal.I64(k.strides[1]), metal.I32(k.hasGrad), buf(lse), metal.I32(int(a.stats)), metal.I32(x.Cols),
+			metal.I32(spill))
 		return p.Encode()
 	})
 	gradScale.Register(core.DeviceMetal, func(g, scale *core.View, enc unsafe.Pointer) error {
