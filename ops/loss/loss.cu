@@ -13,9 +13,22 @@
 // scratch, rounded up to 16 bytes (ops/loss's spillPieces).
 #define CE_SCRATCH 68
 
+// ce_piece is piece s of the row as its 16 raw bytes (zero past the row's
+// end), for shared memory.
+template <class D, int C> MC_DEVICE uint4 ce_piece(MC_THREAD const Row<D, C>& row, int s) {
+    enum { N = Vec<D>::N };
+    if (row.vec && s < row.cols) return *(MC_GLOBAL const uint4*)(row.src + s);
+    uint4 raw;
+    MC_THREAD typename D::T* e = (MC_THREAD typename D::T*)&raw;
+    for (int j = 0; j < N; j++) e[j] = s + j < row.cols ? row.src[s + j] : D::pack(0.f);
+    return raw;
+}
+
 // ce_load is mc_row_load keeping pieces [C, C + spill) of each thread in
-// spilled as well (thread-major: a warp's 16-byte pieces side by side);
+// spilled as well (thread-major: a warp's 16-byte pieces side by side),
+// loaded CE_AHEAD at a time so that a thread has several in flight;
 // ce_each passes them to f again from there.
+#define CE_AHEAD 4
 template <class D, int C, class F>
 MC_DEVICE void ce_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled, int spill, MC_THREAD F& f) {
     enum { N = Vec<D>::N };
@@ -27,13 +40,19 @@ MC_DEVICE void ce_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled
             f(row.v[k], k, mc_piece_start(id, k, N));
         }
     row.next.have = false;
-    for (int k = C; k < end; k++) {
-        int s = mc_piece_start(id, k, N);
-        float v[N];
-        mc_fetch<D>(row.src, row.cols, row.vec, s, v);
-        MC_GROUP typename D::T* keep = (MC_GROUP typename D::T*)(spilled + (k - C) * MC_NTHREADS + MC_TID);
-        for (int j = 0; j < N; j++) keep[j] = D::pack(v[j]);
-        f(v, k, s);
+    for (int k = C; k < end; k += CE_AHEAD) {
+        uint4 raw[CE_AHEAD];
+#pragma unroll
+        for (int u = 0; u < CE_AHEAD; u++)
+            if (k + u < end) raw[u] = ce_piece(row, mc_piece_start(id, k + u, N));
+#pragma unroll
+        for (int u = 0; u < CE_AHEAD; u++)
+            if (k + u < end) {
+                spilled[(k + u - C) * MC_NTHREADS + MC_TID] = raw[u];
+                float v[N];
+                Vec<D>::unpack(raw[u], v);
+                f(v, k + u, mc_piece_start(id, k + u, N));
+            }
     }
     mc_row_stream<D, 2>(id, row.src, row.cols, row.vec, end, f);
 }
@@ -45,9 +64,8 @@ MC_DEVICE void ce_each(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled
     for (int k = 0; k < C; k++)
         if (k < n) f(row.v[k], k, mc_piece_start(id, k, N));
     for (int k = C; k < end; k++) {
-        MC_GROUP const typename D::T* kept = (MC_GROUP const typename D::T*)(spilled + (k - C) * MC_NTHREADS + MC_TID);
         float v[N];
-        for (int j = 0; j < N; j++) v[j] = D::unpack(kept[j]);
+        Vec<D>::unpack(spilled[(k - C) * MC_NTHREADS + MC_TID], v);
         f(v, k, mc_piece_start(id, k, N));
     }
     mc_row_stream<D, 2>(id, row.src, row.cols, row.vec, end, f);
