@@ -175,19 +175,8 @@ func TestEighSpecialMatrices(t *testing.T) {
 	tu.ForEachBackend(t, func(t *testing.T, be tu.Backend) {
 		rng := tu.RNG(t)
 		for _, n := range []int{5, 24} {
-			// a random orthogonal Q (from the float64 eigenvectors of a random matrix)
-			_, q := RefEigh(lower(symmetric(rng, n, core.F32, false), n, false), n)
-			spectrum := func(d func(i int) float64) []float64 {
-				a := make([]float64, n*n)
-				for i := range n {
-					for j := range n {
-						for k := range n {
-							a[i*n+j] += q[i*n+k] * d(k) * q[j*n+k]
-						}
-					}
-				}
-				return a
-			}
+			q := tu.Orthonormal(rng, n, n)
+			spectrum := func(d func(i int) float64) []float64 { return tu.WithSpectrum(q, n, q, n, n, d) }
 			mats := [][]float64{
 				spectrum(func(k int) float64 { return float64(1 + k%2) }), // two eigenvalues, each repeated
 				make([]float64, n*n), // zero

@@ -156,43 +156,8 @@ func TestSVDSpecialMatrices(t *testing.T) {
 		for _, mn := range [][2]int{{5, 5}, {24, 24}, {30, 7}, {7, 30}, {40, 36}, {20, 45}} {
 			m, n := mn[0], mn[1]
 			k := min(m, n)
-			// random orthonormal P [m, k] and Q [n, k] (Gram-Schmidt in float64)
-			orth := func(rows int) []float64 {
-				q := random(rng, rows, k, core.F32)
-				for j := range k {
-					for range 2 {
-						for i := range j {
-							d := 0.0
-							for r := range rows {
-								d += q[r*k+i] * q[r*k+j]
-							}
-							for r := range rows {
-								q[r*k+j] -= d * q[r*k+i]
-							}
-						}
-					}
-					nrm := 0.0
-					for r := range rows {
-						nrm += q[r*k+j] * q[r*k+j]
-					}
-					for r := range rows {
-						q[r*k+j] /= math.Sqrt(nrm)
-					}
-				}
-				return q
-			}
-			p, q := orth(m), orth(n)
-			spectrum := func(d func(i int) float64) []float64 {
-				a := make([]float64, m*n)
-				for i := range m {
-					for j := range n {
-						for l := range k {
-							a[i*n+j] += p[i*k+l] * d(l) * q[j*k+l]
-						}
-					}
-				}
-				return a
-			}
+			p, q := tu.Orthonormal(rng, m, k), tu.Orthonormal(rng, n, k)
+			spectrum := func(d func(i int) float64) []float64 { return tu.WithSpectrum(p, m, q, n, k, d) }
 			rank1 := spectrum(func(l int) float64 { return float64(1 - min(l, 1)) })
 			zeroCol := random(rng, m, n, core.F32)
 			for i := range m {
