@@ -204,10 +204,11 @@ template <class D, int C> struct Row {
 };
 
 // mc_row_load: fetch every piece of the row (caching the first C; those
-// fetched ahead come from registers) and pass it to f. (Not methods of Row:
-// a method's members are in no particular address space for MSL's
-// stand-in check, and the cached pieces are the thread's.)
-template <class D, int C, class F> MC_DEVICE void mc_row_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
+// fetched ahead come from registers) and pass it to f; mc_row_load_cached
+// does so for the cached pieces alone. (Not methods of Row: a method's
+// members are in no particular address space for MSL's stand-in check, and
+// the cached pieces are the thread's.)
+template <class D, int C, class F> MC_DEVICE void mc_row_load_cached(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
     int n = row.pieces(id);
 #pragma unroll
     for (int k = 0; k < C; k++)
@@ -216,14 +217,21 @@ template <class D, int C, class F> MC_DEVICE void mc_row_load(MC_IDS, MC_THREAD 
             f(row.v[k], k, mc_piece_start(id, k, Row<D, C>::N));
         }
     row.next.have = false;
+}
+template <class D, int C, class F> MC_DEVICE void mc_row_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
+    mc_row_load_cached(id, row, f);
     row.rest(id, f);
 }
-// mc_row_each: pass every piece to f again, from registers where cached
-template <class D, int C, class F> MC_DEVICE void mc_row_each(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
+// mc_row_each: pass every piece to f again, from registers where cached;
+// mc_row_each_cached the cached pieces alone
+template <class D, int C, class F> MC_DEVICE void mc_row_each_cached(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
     int n = row.pieces(id);
 #pragma unroll
     for (int k = 0; k < C; k++)
         if (k < n) f(row.v[k], k, mc_piece_start(id, k, Row<D, C>::N));
+}
+template <class D, int C, class F> MC_DEVICE void mc_row_each(MC_IDS, MC_THREAD Row<D, C>& row, MC_THREAD F& f) {
+    mc_row_each_cached(id, row, f);
     row.rest(id, f);
 }
 

@@ -33,13 +33,7 @@ template <class D, int C, class F>
 MC_DEVICE void ce_load(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled, int spill, MC_THREAD F& f) {
     enum { N = Vec<D>::N };
     int n = row.pieces(id), end = n < C + spill ? n : C + spill;
-#pragma unroll
-    for (int k = 0; k < C; k++)
-        if (k < n) {
-            row.next.get(id, k, row.src, row.cols, row.vec, row.v[k]);
-            f(row.v[k], k, mc_piece_start(id, k, N));
-        }
-    row.next.have = false;
+    mc_row_load_cached(id, row, f);
     for (int k = C; k < end; k += CE_AHEAD) {
         uint4 raw[CE_AHEAD];
 #pragma unroll
@@ -60,9 +54,7 @@ template <class D, int C, class F>
 MC_DEVICE void ce_each(MC_IDS, MC_THREAD Row<D, C>& row, MC_GROUP uint4* spilled, int spill, MC_THREAD F& f) {
     enum { N = Vec<D>::N };
     int n = row.pieces(id), end = n < C + spill ? n : C + spill;
-#pragma unroll
-    for (int k = 0; k < C; k++)
-        if (k < n) f(row.v[k], k, mc_piece_start(id, k, N));
+    mc_row_each_cached(id, row, f);
     for (int k = C; k < end; k++) {
         float v[N];
         Vec<D>::unpack(spilled[(k - C) * MC_NTHREADS + MC_TID], v);
