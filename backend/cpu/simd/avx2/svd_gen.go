@@ -38,7 +38,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	}
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
-	one, half, tolv := splat(1), splat(0.5), splat(tol)
+	one, half, tol2 := splat(1), splat(0.5), splat(tol*tol)
 	var norms [maxSVDCols * W]float32 // each column's ‖x‖²
 	var frobenius2 vf
 	for j := range cols {
@@ -62,7 +62,9 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 					gamma = load(xs, i).MulAdd(load(ys, i), gamma)
 				}
 				alpha, beta := load(norms[:], p*W), load(norms[:], q*W)
-				turn := abs(gamma).Greater(tolv.Mul(alpha.Sqrt()).Mul(beta.Sqrt())).And(alpha.Min(beta).Greater(residue))
+				// (x·y)² > tol² ‖x‖² ‖y‖², neither column residue (no square
+				// root; residue's floor keeps the product clear of underflow)
+				turn := gamma.Mul(gamma).Greater(tol2.Mul(alpha).Mul(beta)).And(alpha.Min(beta).Greater(residue))
 				if turn.ToBits() == 0 {
 					continue
 				}
