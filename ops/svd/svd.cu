@@ -9,9 +9,9 @@
 // (svd_warp16, svd_warp: several a block), lane j holding column j of B
 // and of V in registers, a pair's lanes trading theirs by shuffles; above,
 // a block per matrix (svd), B and V in shared memory by columns (column j
-// at B[j * rows]), a warp per pair. The sweeps end once one
-// rotates nothing. The singular values are B's column norms, ranked
-// descending (ties by index); B's normalized columns (a zero one replaced
+// at B[j * rows]), a warp per pair. The sweeps end once one rotates
+// nothing. The singular values are B's column norms, ranked descending
+// (ties by index); B's normalized columns (a zero or residue one replaced
 // by a unit vector orthogonal to the rest) and V's are the singular
 // vectors, U's and Vh's as the matrix is tall or wide.
 #define SVD_MAX_SWEEPS 40
@@ -30,8 +30,7 @@ MC_DEVICE int svd_floats(int rows, int cols, bool vectors) {
 // and whether there is one: none where they are orthogonal to tol, or
 // either column's squared norm is at most residue (ops/svd's tolerance and
 // frozen), or the angle is too small to move them. The rotation is applied
-// as
-// x' = x - s (y + tau x), y' = y + s (x - tau y): c x - s y with the
+// as x' = x - s (y + tau x), y' = y + s (x - tau y): c x - s y with the
 // cosine's distance from 1 kept exactly (a small angle's c rounds to 1,
 // which would grow every norm by s² a rotation).
 MC_DEVICE bool svd_angle(float ax, float ay, float g, float tol, float residue, MC_THREAD float& s,
@@ -127,19 +126,21 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
     MC_GROUP float* scratch = x + rows;
     MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * mn;
     float amax = 0.f, bad = 0.f;
-    for (int e = t; e < mn; e += nt) {
+    for (int e = t; e < mn; e += nt) {  // A[i][j]: column j of a tall B, column i of a wide one
+        int i = e / n, j = e - i * n;
         float v = D::load(a + e);
         if (!(v * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
         amax = fmaxf(amax, fabsf(v));
+        B[wide ? i * rows + j : j * rows + i] = v;
     }
     amax = mc_block_max(id, amax, scratch);
     bool finite = mc_block_sum(id, bad, scratch) == 0.f;
     float div = amax > 0.f ? amax : 1.f;
     float sq = 0.f;
-    for (int e = t; e < mn; e += nt) {  // A[i][j]: column j of a tall B, column i of a wide one
-        int i = e / n, j = e - i * n;
-        float x = finite ? D::load(a + e) / div : 0.f;
-        B[wide ? i * rows + j : j * rows + i] = x;
+    for (int e = t; e < mn; e += nt) {  // each thread scales the entries it stored
+        int i = e / n, j = e - i * n, at = wide ? i * rows + j : j * rows + i;
+        float x = finite ? B[at] / div : 0.f;
+        B[at] = x;
         sq = fmaf(x, x, sq);
     }
     for (int e = t; vectors && e < cols * cols; e += nt) V[e] = e % (cols + 1) == 0 ? 1.f : 0.f;
