@@ -148,7 +148,7 @@ func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *c
 	fin := sc.Buf(bufFinish, 2*cols+rows)
 	sigma, rank, x := fin[:cols], fin[cols:2*cols], fin[2*cols:]
 	for j := range cols {
-		sigma[j] = float32(math.Sqrt(float64(dot(bm[j*rows:(j+1)*rows], bm[j*rows:(j+1)*rows]))))
+		sigma[j] = float32(math.Sqrt(float64(cpu.K().SumSq(bm[j*rows : (j+1)*rows]))))
 	}
 	for j := range cols {
 		r := 0
@@ -228,6 +228,7 @@ func rowsInto(dst []float32, n int) func(vec []float32, r int) {
 // keeps at least 1/rows of its squared length). x is rows floats of
 // scratch.
 func complete(bm []float32, rows, cols int, sigma []float32, cut float32, x []float32) {
+	k := cpu.K()
 	kept := func(i, j int) bool { return i != j && (sigma[i] > cut || i < j) }
 	for j := range cols {
 		if sigma[j] > cut {
@@ -249,28 +250,16 @@ func complete(bm []float32, rows, cols int, sigma []float32, cut float32, x []fl
 		x[best] = 1
 		for range 2 {
 			for i := range cols {
-				if kept(i, j) {
-					col := bm[i*rows : (i+1)*rows]
-					d := dot(col, x)
-					for e := range x {
-						x[e] -= d * col[e]
-					}
+				if col := bm[i*rows : (i+1)*rows]; kept(i, j) {
+					k.Axpy(x, col, -k.Dot(col, x))
 				}
 			}
 		}
-		norm := float32(math.Sqrt(float64(dot(x, x))))
+		norm := float32(math.Sqrt(float64(k.SumSq(x))))
 		for e := range x {
 			bm[j*rows+e] = x[e] / norm
 		}
 	}
-}
-
-func dot(x, y []float32) float32 {
-	var s float32
-	for i := range x {
-		s += x[i] * y[i]
-	}
-	return s
 }
 
 // jacobi is SVDLanes' rotations on one matrix's B (rows x cols, column j at
@@ -278,8 +267,8 @@ func dot(x, y []float32) float32 {
 // It returns 0, or 1 where B still rotated in sweep MaxSweeps.
 func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 	cpu.Eye(v, cols, cols, cols)
-	tol := tolerance(rows)
-	residue := frozen(dot(bm, bm), tol)
+	k, tol := cpu.K(), tolerance(rows)
+	residue := frozen(k.SumSq(bm), tol)
 	abs := func(x float32) float32 { return float32(math.Abs(float64(x))) }
 	sqrt := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 	for range MaxSweeps {
@@ -288,7 +277,7 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 			x := bm[p*rows : (p+1)*rows]
 			for q := p + 1; q < cols; q++ {
 				y := bm[q*rows : (q+1)*rows]
-				alpha, beta, gamma := dot(x, x), dot(y, y), dot(x, y)
+				alpha, beta, gamma := k.SumSq(x), k.SumSq(y), k.Dot(x, y)
 				if !(abs(gamma) > tol*sqrt(alpha)*sqrt(beta)) || alpha <= residue || beta <= residue {
 					continue
 				}
