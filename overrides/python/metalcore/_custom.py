@@ -377,20 +377,18 @@ def _eigh_grad(ctx, gw, gv, _):
 eigh.register_autograd(_eigh_grad, setup_context=_eigh_context)
 
 
+def _svd_results(a, u, s, vh, info):
+    """(u, s, vh, info) as metalcore::svd returns them: an empty tensor for
+    u and vh where they were not wanted (None)."""
+    return (a.new_empty(0) if u is None else u), s, (a.new_empty(0) if vh is None else vh), info
+
+
 @torch.library.custom_op("metalcore::svd", mutates_args=())
 def svd(a: Tensor, vectors: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    u, s, vh, info = _kernels.svd(a, vectors)
-    return (u, s, vh, info) if vectors else (a.new_empty(0), s, a.new_empty(0), info)
+    return _svd_results(a, *_kernels.svd(a, vectors))
 
 
-def _svd_fake(a, vectors):
-    batch, (m, n) = a.shape[:-2], a.shape[-2:]
-    k = min(m, n)
-    u, vh = (a.new_empty(*batch, m, k), a.new_empty(*batch, k, n)) if vectors else (a.new_empty(0), a.new_empty(0))
-    return u, a.new_empty(*batch, k), vh, a.new_empty(batch, dtype=torch.int32)
-
-
-svd.register_fake(_svd_fake)
+svd.register_fake(lambda a, vectors: _svd_results(a, *_kernels.svd_outputs(a, vectors)))
 
 
 def _svd_context(ctx, inputs, output):

@@ -345,16 +345,21 @@ def eigh(a, upper, vectors=True):
     return w, v, info
 
 
-def svd(a, vectors=True):
-    """(u, s, vh, info) of a contiguous [..., m, n], thin (k = min(m, n)):
-    s [..., k] descending, u [..., m, k] and vh [..., k, n] (None unless
-    vectors), in a's dtype; info (int32) 0, or 1 where a matrix was not
-    finite or did not converge."""
+def svd_outputs(a, vectors):
+    """svd's outputs for a [..., m, n], unwritten (also the custom op's fake
+    results): u [..., m, k] and vh [..., k, n] (None unless vectors), s
+    [..., k] in a's dtype, info [...] int32."""
     batch, (m, n) = a.shape[:-2], a.shape[-2:]
     k = min(m, n)
-    s = a.new_empty(*batch, k)
     u, vh = (a.new_empty(*batch, m, k), a.new_empty(*batch, k, n)) if vectors else (None, None)
-    info = a.new_empty(batch, dtype=torch.int32)
+    return u, a.new_empty(*batch, k), vh, a.new_empty(batch, dtype=torch.int32)
+
+
+def svd(a, vectors=True):
+    """(u, s, vh, info) of a contiguous [..., m, n], thin (k = min(m, n)):
+    s descending, u and vh None unless vectors (svd_outputs); info 0, or 1
+    where a matrix was not finite or did not converge."""
+    u, s, vh, info = svd_outputs(a, vectors)
     CALLS["svd"] += 1
     d = described(("svd", form(a), vectors), (a, u, s, vh, info))
     run(_svd, a, d[0], d[1], d[2], d[3], d[4])
