@@ -112,9 +112,13 @@ def _raise_for(info, name, reason):
     raise _LinAlgError(f"{name}: {where}{reason(int(info.reshape(-1)[first]))}")
 
 
+# The shared memory a block of the solve, eigh and svd GPU kernels may take
+# (their families' maxCUDAShared and maxMetalShared): what decides the
+# largest matrices they take, each family's own formula below.
+_GPU_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
+
 # What a GPU kernel of mc_solve holds on chip beyond 32 x 32 systems with up
 # to 8 right-hand sides (n (n + k) + 4 floats of a block's shared memory).
-_SOLVE_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
 
 
 def _is_vector(A, B):
@@ -151,7 +155,7 @@ def solve_refused(A, B, left=True):
     if n > _MAX_ORDER:
         return f"order above {_MAX_ORDER}"
     k = 1 if vector else B.shape[-1] if left else B.shape[-2]
-    most = _SOLVE_SHARED.get(A.device.type)
+    most = _GPU_SHARED.get(A.device.type)
     if most is not None and (n > 32 or k > 8) and (n * (n + k) + 4) * 4 > most:
         return f"{k} right-hand sides of order {n}"
     return None
@@ -205,10 +209,8 @@ def systems(A, B, left, raising_as=None):
 
 # What mc_eigh's GPU kernel holds on chip: the matrix (and its eigenvectors)
 # at n (n + 1) floats each, and a little more (ops/eigh/gpu.go's
-# matrixBytes). On the CPU
-# Jacobi rotations past order 32 are slower than PyTorch's LAPACK
-# (bench/linalg.md), which computes those.
-_EIGH_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
+# matrixBytes). On the CPU Jacobi rotations past order 32 are slower than
+# PyTorch's LAPACK (bench/linalg.md), which computes those.
 _EIGH_CPU_ORDER = 32
 
 
@@ -223,7 +225,7 @@ def eigh_refused(A, UPLO="L", vectors=True):
     if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
         return "not square matrices"
     n = A.shape[-1]
-    most = _EIGH_SHARED.get(A.device.type)
+    most = _GPU_SHARED.get(A.device.type)
     if most is None:
         return f"order above {_EIGH_CPU_ORDER}" if n > _EIGH_CPU_ORDER else None
     pairs = (n + 1) // 2
@@ -273,7 +275,6 @@ def eigvalsh(A, UPLO="L"):
 # vectors V (k x k), and a little more (ops/svd/gpu.go's matrixBytes). On
 # the CPU the rotations past k = 64 are slower than PyTorch's LAPACK
 # (bench/linalg.md), which computes those.
-_SVD_SHARED = {"cuda": 200 << 10, "mps": 32 << 10}
 _SVD_CPU_ORDER = 64
 
 
@@ -289,7 +290,7 @@ def svd_refused(A, full_matrices=False, vectors=True):
     rows, k = max(m, n), min(m, n)
     if full_matrices and vectors and m != n:
         return "full_matrices for non-square matrices"
-    most = _SVD_SHARED.get(A.device.type)
+    most = _GPU_SHARED.get(A.device.type)
     if most is None:
         return f"min(m, n) above {_SVD_CPU_ORDER}" if k > _SVD_CPU_ORDER else None
     if (rows * k + (k * k if vectors else 0) + 2 * k + rows + 33) * 4 > most:
