@@ -147,8 +147,25 @@ func (c *Call) done(encoder unsafe.Pointer, encodes bool) error {
 			}
 		}
 	}
-	return CheckOverlap(all[:nIn], all[nIn:], allowed[:c.nInPlace]...)
+	if err := CheckOverlap(all[:nIn], all[nIn:], allowed[:c.nInPlace]...); err != nil {
+		return err
+	}
+	if encodes && len(all) > nIn && all[0].DeviceType == DeviceCPU && cpuOutputReady != nil {
+		for _, v := range all[nIn:] {
+			cpuOutputReady(v)
+		}
+	}
+	return nil
 }
+
+// cpuOutputReady readies a validated CPU call's outputs for its kernel's
+// writes (RegisterCPUOutputReady).
+var cpuOutputReady func(*View)
+
+// RegisterCPUOutputReady makes ready run on every output of each validated
+// CPU call, just before its kernel runs (the CPU backend advises the
+// kernel's memory for large outputs there).
+func RegisterCPUOutputReady(ready func(*View)) { cpuOutputReady = ready }
 
 // RowStats checks a per-row float32 output or input (rstd, mean): one
 // contiguous value per row of x, shaped [rows] or like x without its last
