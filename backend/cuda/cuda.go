@@ -216,12 +216,13 @@ func Wave(dev int, stream unsafe.Pointer, name string, threads int) (int, error)
 }
 
 // CheckPointer fails unless p is memory of CUDA device dev. The allocations
-// it has found on a device are remembered (the latest few), so a tensor in
-// one of them, as a framework's caching allocator hands out, costs no
-// driver query (three, about 0.8 µs each, otherwise). A remembered allocation
-// that its owner frees and the driver maps again for another device would
-// still pass here: the check is there to catch host memory and another
-// device's tensors, not memory used after its free.
+// it has found on a device are remembered (up to maxKnown of them), so a
+// tensor in one of them, as a framework's caching allocator hands out,
+// costs no driver query (three, about 0.8 µs each, otherwise): an optimizer
+// step or a model's layers touch hundreds of the allocator's segments. A
+// remembered allocation that its owner frees and the driver maps again for
+// another device would still pass here: the check is there to catch host
+// memory and another device's tensors, not memory used after its free.
 func CheckPointer(p unsafe.Pointer, dev int) error {
 	if known.holds(uintptr(p), dev) {
 		return nil
@@ -243,31 +244,62 @@ type allocation struct {
 	dev        int
 }
 
-// allocations is a small ring of the device allocations seen last.
+// allocations is the device allocations seen, sorted by address and
+// disjoint: read without a lock (a lookup is a binary search of the
+// current slice), replaced whole by add.
 type allocations struct {
-	mu   sync.Mutex
-	ring [64]allocation
-	next int
+	mu     sync.Mutex // serializes add
+	sorted atomic.Pointer[[]allocation]
 }
+
+// maxKnown bounds the allocations remembered; past it they are forgotten
+// and found again.
+const maxKnown = 4096
 
 var known allocations
 
 func (a *allocations) holds(p uintptr, dev int) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, r := range a.ring {
-		if p >= r.start && p < r.end && r.dev == dev {
-			return true
+	s := a.sorted.Load()
+	if s == nil {
+		return false
+	}
+	rs := *s
+	lo, hi := 0, len(rs) // the first allocation ending past p
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if rs[m].end <= p {
+			lo = m + 1
+		} else {
+			hi = m
 		}
 	}
-	return false
+	return lo < len(rs) && rs[lo].start <= p && rs[lo].dev == dev
 }
 
+// add remembers r, forgetting the allocations it overlaps (freed since:
+// the driver has just answered for r's range), or every one when maxKnown
+// are remembered.
 func (a *allocations) add(r allocation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ring[a.next] = r
-	a.next = (a.next + 1) % len(a.ring)
+	var old []allocation
+	if s := a.sorted.Load(); s != nil && len(*s) < maxKnown {
+		old = *s
+	}
+	next := make([]allocation, 0, len(old)+1)
+	placed := false
+	for _, o := range old {
+		if o.end <= r.start || o.start >= r.end {
+			if !placed && o.start >= r.end {
+				next, placed = append(next, r), true
+			}
+			next = append(next, o)
+		}
+	}
+	if !placed {
+		next = append(next, r)
+	}
+	a.sorted.Store(&next)
 }
 
 // Launch runs kernel name on dev's stream (NULL: the legacy default stream)

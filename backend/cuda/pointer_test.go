@@ -9,21 +9,42 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The ring of known allocations answers for pointers inside one on its
-// device only, and forgets the oldest when full.
+// The known allocations answer for pointers inside one on its device
+// only, in any order of adding; a new one replaces those it overlaps, and
+// all are forgotten once maxKnown are remembered.
 func TestKnownAllocations(t *testing.T) {
 	var a allocations
+	require.False(t, a.holds(0x1000, 0), "nothing known")
 	a.add(allocation{0x1000, 0x2000, 0})
 	require.True(t, a.holds(0x1000, 0))
 	require.True(t, a.holds(0x1fff, 0))
 	require.False(t, a.holds(0x2000, 0), "one past the end")
 	require.False(t, a.holds(0xfff, 0))
 	require.False(t, a.holds(0x1800, 1), "another device")
-	for i := range len(a.ring) {
-		a.add(allocation{uintptr(0x10000 * (i + 1)), uintptr(0x10000*(i+1) + 16), 0})
+	a.add(allocation{0x8000, 0x9000, 1})
+	a.add(allocation{0x3000, 0x4000, 0}) // between the two
+	a.add(allocation{0x0100, 0x0200, 0}) // before them
+	for _, c := range []struct {
+		p    uintptr
+		dev  int
+		want bool
+	}{{0x1000, 0, true}, {0x3fff, 0, true}, {0x8000, 1, true}, {0x8000, 0, false}, {0x01ff, 0, true},
+		{0x2500, 0, false}, {0x9000, 1, false}, {0x00ff, 0, false}} {
+		require.Equal(t, c.want, a.holds(c.p, c.dev), "%#x on device %d", c.p, c.dev)
 	}
-	require.False(t, a.holds(0x1000, 0), "forgotten once the ring went round")
-	require.True(t, a.holds(0x10000*uintptr(len(a.ring)), 0))
+	a.add(allocation{0x1800, 0x3800, 1}) // the driver maps [0x1800, 0x3800) for device 1: both overlapped are gone
+	require.True(t, a.holds(0x1800, 1))
+	require.False(t, a.holds(0x1000, 0), "overlapped: forgotten")
+	require.False(t, a.holds(0x3900, 0), "overlapped: forgotten")
+	require.True(t, a.holds(0x0100, 0))
+	require.True(t, a.holds(0x8fff, 1))
+	require.Len(t, *a.sorted.Load(), 3)
+	for i := range maxKnown {
+		a.add(allocation{uintptr(0x100000 * (i + 1)), uintptr(0x100000*(i+1) + 16), 0})
+	}
+	require.False(t, a.holds(0x0100, 0), "forgotten once maxKnown were known")
+	require.True(t, a.holds(0x100000*uintptr(maxKnown), 0))
+	require.True(t, a.holds(0x100000*uintptr(maxKnown-1)+15, 0))
 }
 
 // CheckPointer takes device memory (anywhere in an allocation, checked

@@ -422,6 +422,14 @@ class TensorTable:
     def set_data(self, i, data):
         _lib.DATA.pack_into(self.buffer, i * _lib.SLOT_BYTES, data)
 
+    def data_words(self):
+        """The table as 8-byte words: tensor i's data pointer is word
+        i * SLOT_WORDS."""
+        return memoryview(self.buffer).cast("B").cast("Q")
+
+
+SLOT_WORDS = _lib.SLOT_BYTES // 8
+
 
 def adamw_step(tables, n, config, grad_scale, found_inf, on):
     """One library call stepping the n tensors of tables (params, grads,

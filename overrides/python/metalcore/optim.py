@@ -12,6 +12,8 @@ from . import _kernels, _lib, _ops
 from ._dist import is_dtensor, local
 from ._lib import unsupported
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
 
 def _state_dtype(p):
     """float32 state, complex64 for a complex parameter (stepped as its
@@ -109,19 +111,21 @@ class _Batch:
         self.shapes = [row[0].shape for row in self.rows]
         self.complex = [p.is_complex() for p in self.owners]
         self.data = [local(p).data_ptr() for p in self.owners]
-
-    def moved(self):
-        """Whether a parameter's data is no longer where it was described."""
-        return any(local(p).data_ptr() != d for p, d in zip(self.owners, self.data))
+        # plain: every parameter a plain real tensor off MPS (take_grads' quick path)
+        self.plain = not self.mps and all(type(p) in _PLAIN and not c for p, c in zip(self.owners, self.complex))
+        self.grad_words = self.tables[1].data_words()
 
     def take_grads(self):
         """Reads each parameter's gradient into the grads table; False when
-        one no longer matches the param's description (the plan is then
-        made again)."""
+        a parameter's data is no longer where it was described, or a
+        gradient no longer matches the description (the plan is then made
+        again)."""
+        if self.plain:
+            return self._take_plain_grads()
         table, rows = self.tables[1], self.rows
         dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
         for i, (p, shape, cplx) in enumerate(zip(self.owners, self.shapes, self.complex)):
-            if p.grad is None:
+            if p.grad is None or local(p).data_ptr() != self.data[i]:
                 return False
             g = local(_grad(p))
             if cplx:
@@ -135,6 +139,25 @@ class _Batch:
                 table.set(i, g)
             else:
                 table.set_data(i, data)
+        return True
+
+    def _take_plain_grads(self):
+        """take_grads for a plain batch, the same checks (a gradient's .data
+        can be swapped for a tensor of another dtype, device or shape)
+        without the DTensor, complex and MPS cases, writing each data pointer
+        straight into the table."""
+        rows, words, stride = self.rows, self.grad_words, _kernels.SLOT_WORDS
+        dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
+        for i, (p, d, shape) in enumerate(zip(self.owners, self.data, self.shapes)):
+            g = p.grad
+            if (type(g) is not plain or p.data_ptr() != d or g.dtype is not dtype or g.shape != shape or
+                    g.get_device() != index or not g.is_contiguous()):
+                return False
+            data = g.data_ptr()
+            if data % size:
+                return False
+            rows[i][1] = g
+            words[i * stride] = data
         return True
 
 
@@ -185,7 +208,7 @@ class _Plan:
         if [id(p) for p in params] != self.key or _hyper_refused(group) != self.refused:
             return False
         for batch in self.batches.values():
-            if batch.tables is None or batch.counts_changed() or batch.moved() or not batch.take_grads():
+            if batch.tables is None or batch.counts_changed() or not batch.take_grads():
                 return False
         return True
 

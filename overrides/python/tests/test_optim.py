@@ -179,3 +179,51 @@ def test_capturable_step_in_a_cuda_graph():
     for a, b in zip(ps, ref):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert float(opt.state[ps[0]]["step"]) == 6.0
+
+
+@pytest.mark.parametrize("change", ["param moved", "grad non-contiguous", "grad dropped", "grad gained",
+                                    "grad on the host"])
+def test_kept_plan_follows_changes(change):
+    """A step after its parameters' data moved or their gradients changed
+    (layout, presence, device) steps what PyTorch's does: the kept plan is
+    made again, not reused with stale descriptions."""
+    torch.manual_seed(3)
+    device = "cuda" if change == "grad on the host" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA: a gradient moved to the host")
+    ps = [torch.randn(4, 6, device=device, requires_grad=True) for _ in range(3)]
+    qs = [p.detach().clone().requires_grad_() for p in ps]
+    ours, theirs = metalcore.optim.AdamW(ps, lr=1e-2), torch.optim.AdamW(qs, lr=1e-2, foreach=False)
+
+    def step(grads):
+        for p, q, g in zip(ps, qs, grads):
+            p.grad, q.grad = (None, None) if g is None else (g.clone(), g.clone())
+        ours.step()
+        theirs.step()
+        for p, q in zip(ps, qs):
+            torch.testing.assert_close(p, q)
+
+    def fresh(gone=None):
+        return [None if i == gone else torch.randn(4, 6, device=device) for i in range(len(ps))]
+
+    step(fresh(gone=1 if change == "grad gained" else None))
+    step(fresh(gone=1 if change == "grad gained" else None))
+    if change == "param moved":
+        for p, q in zip(ps, qs):
+            p.data, q.data = p.detach().clone(), q.detach().clone()
+        step(fresh())
+    elif change == "grad non-contiguous":
+        step([torch.randn(6, 4, device=device).t() for _ in ps])
+    elif change == "grad dropped":
+        step(fresh(gone=0))
+    elif change == "grad gained":
+        step(fresh())
+    else:
+        step(fresh())
+        for p in ps:  # .data swaps a tensor's storage without the .grad setter's checks
+            p.grad = torch.randn(4, 6, device=device)
+            p.grad.data = torch.randn(4, 6)
+        with pytest.raises(Exception):
+            ours.step()
+        return
+    step(fresh())
