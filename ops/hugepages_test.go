@@ -18,9 +18,10 @@ import (
 )
 
 // TestCPUOutputsAdvisedHugePages: a validated CPU call advises huge pages
-// for the whole 2 MiB pages of a large output, before its kernel writes
-// (backend/cpu's hugepages_linux.go), and leaves small outputs and the
-// inputs alone; the results are the same.
+// for the whole 2 MiB pages of a large output not yet in memory, before
+// its kernel writes (backend/cpu's hugepages_linux.go), and leaves small
+// outputs, outputs already in memory and the inputs alone; the results are
+// the same.
 func TestCPUOutputsAdvisedHugePages(t *testing.T) {
 	mode, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil || !strings.Contains(string(mode), "[madvise]") || os.Getenv("MC_CPU_HUGEPAGES") == "0" {
@@ -28,18 +29,36 @@ func TestCPUOutputsAdvisedHugePages(t *testing.T) {
 	}
 	const page = 2 << 20
 	for _, c := range []struct {
-		name    string
-		elems   int
-		advised bool
-	}{{"8 MiB", 2 << 20, true}, {"1 MiB", 1 << 18, false}} {
+		name              string
+		elems, offset     int // y starts offset bytes past a 2 MiB boundary
+		inMemory, inPlace bool
+		advised           bool
+	}{
+		{"8 MiB, fresh", 2 << 20, 4096, false, false, true},
+		{"8 MiB, in memory", 2 << 20, 4096, true, false, false},
+		{"8 MiB, in place", 2 << 20, 4096, true, true, false},
+		{"3 MiB, fresh: a whole 2 MiB page, below the size advised", 3 << 18, 0, false, false, false},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			// x and y each in a mapping of their own, starting 4 KiB past a
-			// 2 MiB boundary, so only whole huge pages inside y can be advised
+			// x and y each in a mapping of their own, so only whole huge
+			// pages inside y can be advised
 			x, y := mapped(t, c.elems*4+page), mapped(t, c.elems*4+page)
 			xs := unsafe.Slice((*float32)(unsafe.Pointer(&x[4096])), c.elems)
-			ys := unsafe.Slice((*float32)(unsafe.Pointer(&y[4096])), c.elems)
+			ys := unsafe.Slice((*float32)(unsafe.Pointer(&y[c.offset])), c.elems)
+			if c.inPlace {
+				ys = xs
+			}
 			for i := range xs {
-				xs[i], ys[i] = float32(i%7)-3, float32(math.NaN())
+				xs[i] = float32(i%7) - 3
+			}
+			// poisoned: all of y in memory, else only what precedes its
+			// first whole 2 MiB page (the rest stays as the mapping made it)
+			poisoned := ys[:(page-c.offset)%page/4]
+			if c.inMemory && !c.inPlace {
+				poisoned = ys
+			}
+			for i := range poisoned {
+				poisoned[i] = float32(math.NaN())
 			}
 			shape := []int64{int64(c.elems)}
 			xt := core.Tensor{Data: unsafe.Pointer(&xs[0]), DeviceType: core.DeviceCPU, NDim: 1, Code: 2, Bits: 32, Lanes: 1, Shape: &shape[0]}
@@ -62,7 +81,7 @@ func TestCPUOutputsAdvisedHugePages(t *testing.T) {
 			if got := hugeAdvised(t, inner); got != c.advised {
 				t.Errorf("the output's first whole 2 MiB page advised %v, want %v", got, c.advised)
 			}
-			if hugeAdvised(t, uintptr(unsafe.Pointer(&xs[0]))) {
+			if !c.inPlace && hugeAdvised(t, uintptr(unsafe.Pointer(&xs[0]))) {
 				t.Error("the input was advised")
 			}
 		})

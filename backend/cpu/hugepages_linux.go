@@ -3,6 +3,7 @@ package cpu
 import (
 	"os"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -43,15 +44,23 @@ func hugePagesAsked(setting, path string) bool {
 }
 
 // adviseHugePages advises huge pages for the whole 2 MiB pages of v's
-// extent, if it spans hugeOutput bytes or more (errors are ignored: the
-// advice is only that).
+// extent, if it spans hugeOutput bytes or more and the first of them is not
+// in memory yet: memory already in use (an in-place output, a block the
+// allocator hands out again) would gain only the kernel's background work
+// of collapsing it. Errors are ignored: the advice is only that. (Raw
+// calls: the memory is the host's, not a Go slice.)
 func adviseHugePages(v *core.View) {
 	lo, hi := v.Extent()
 	if hi-lo < hugeOutput {
 		return
 	}
 	start, end := (lo+hugePage-1)&^(hugePage-1), hi&^(hugePage-1)
-	if end > start { // the raw call: the memory is the host's, not a Go slice
-		_, _, _ = unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_HUGEPAGE)
+	if end <= start {
+		return
 	}
+	var resident [1]byte
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, start, 1, uintptr(unsafe.Pointer(&resident[0]))); e != 0 || resident[0]&1 != 0 {
+		return
+	}
+	_, _, _ = unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_HUGEPAGE)
 }
