@@ -18,7 +18,8 @@ attention layers make them: CPU float32 [2, 8, 512], CUDA bfloat16
 [4, 16, 2048] (bar on the H100: >= 1.2x). Each cell is the median of 5
 timed rounds on the CPU (3 for its linear) and of 20 on CUDA (5 for its
 linear), after a warm-up; peak memory is what the call adds over its
-inputs (CUDA). Where Liger-Kernel's Triton ops can be imported
+inputs (CUDA: memory allocated; CPU: resident memory, the gradients
+included). Where Liger-Kernel's Triton ops can be imported
 (liger_kernel on PYTHONPATH, CUDA), its cross-entropy, SiLU-mul and RoPE
 run in the same process on the same inputs (bar: >= 1.0x Liger for
 cross_entropy and rope)."""
@@ -29,10 +30,27 @@ import harness
 import metalcore
 
 
+def _status_mib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    raise OSError(f"no {field} in /proc/self/status")
+
+
 def peak_mib(fn, device):
-    """What fn adds at its peak, in MiB, as a table cell (CUDA only)."""
+    """What fn adds at its peak, in MiB, as a table cell: on CUDA to the
+    memory allocated, on the CPU to the process's resident memory (Linux:
+    its high-water mark, reset first; elsewhere an empty cell)."""
     if device != "cuda":
-        return ""
+        try:
+            base = _status_mib("VmRSS:")
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # the high-water mark starts again from the resident memory now
+        except OSError:
+            return ""
+        fn()
+        return f"{_status_mib('VmHWM:') - base:.0f}"
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -112,7 +130,7 @@ def main():
     print("# The LLM ops through the public functions, forward + backward\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/llm_ops.py`. "
           "Milliseconds, median of 5 rounds (CPU) or 20 (CUDA); speed is PyTorch's time over metalcore's; memory: peak MiB "
-          "the step adds over its inputs (CUDA).\n")
+          "the step adds over its inputs (CUDA: memory allocated; CPU: resident memory).\n")
     for device in harness.devices():
         peers = liger() if device == "cuda" else {}
         print(f"## {device} ({harness.on(device)})\n")

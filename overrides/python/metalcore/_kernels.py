@@ -284,8 +284,10 @@ def linear_cross_entropy(hidden, weight, bias, target, ignore_index, smoothing, 
     dh = torch.empty_like(hidden) if want[0] else None
     dw = torch.zeros_like(weight) if want[1] else None
     db = torch.zeros_like(bias) if bias is not None and want[2] else None
+    g = None
     for i in range(0, hidden.shape[0], chunk):
         h, t = hidden[i:i + chunk], target[i:i + chunk]
+        del g  # the last chunk's logits go before this chunk's are made: one chunk at a time
         # the kernel reads 16-bit logits as float32, as .float() would make
         # them, and writes the gradient in their dtype, as autograd would
         # cast it back: in place, the chunk's logits become it
