@@ -28,6 +28,13 @@ func TestCPUOutputsAdvisedHugePages(t *testing.T) {
 		t.Skipf("transparent huge pages are not in madvise mode here (%q) or MC_CPU_HUGEPAGES=0: nothing is advised", mode)
 	}
 	const page = 2 << 20
+	probe := mapped(t, page)
+	if err := unix.Madvise(probe, unix.MADV_HUGEPAGE); err != nil {
+		t.Skipf("madvise(MADV_HUGEPAGE) refused here: %v", err)
+	}
+	if advised, _ := hugeAdvised(t, uintptr(unsafe.Pointer(&probe[0]))); !advised {
+		t.Skip("this process's advice does not show in /proc/self/smaps here (an emulator's own mappings): nothing to check it by")
+	}
 	for _, c := range []struct {
 		name              string
 		elems, offset     int // y starts offset bytes past a 2 MiB boundary
@@ -78,10 +85,10 @@ func TestCPUOutputsAdvisedHugePages(t *testing.T) {
 				}
 			}
 			inner := (uintptr(unsafe.Pointer(&ys[0])) + page - 1) &^ (page - 1)
-			if got := hugeAdvised(t, inner); got != c.advised {
-				t.Errorf("the output's first whole 2 MiB page advised %v, want %v", got, c.advised)
+			if got, found := hugeAdvised(t, inner); !found || got != c.advised {
+				t.Errorf("the output's first whole 2 MiB page advised %v (its mapping found: %v), want %v", got, found, c.advised)
 			}
-			if !c.inPlace && hugeAdvised(t, uintptr(unsafe.Pointer(&xs[0]))) {
+			if advised, _ := hugeAdvised(t, uintptr(unsafe.Pointer(&xs[0]))); !c.inPlace && advised {
 				t.Error("the input was advised")
 			}
 		})
@@ -102,8 +109,8 @@ func mapped(t *testing.T, n int) []byte {
 }
 
 // hugeAdvised reports whether the mapping holding address p carries
-// MADV_HUGEPAGE (VmFlags "hg" in /proc/self/smaps).
-func hugeAdvised(t *testing.T, p uintptr) bool {
+// MADV_HUGEPAGE (VmFlags "hg" in /proc/self/smaps), and whether one holds it.
+func hugeAdvised(t *testing.T, p uintptr) (advised, found bool) {
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +126,8 @@ func hugeAdvised(t *testing.T, p uintptr) bool {
 			continue
 		}
 		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.Contains(line, " hg")
+			return strings.Contains(line, " hg"), true
 		}
 	}
-	t.Fatalf("no mapping holds %#x", p)
-	return false
+	return false, false
 }

@@ -264,7 +264,8 @@ func complete(bm []float32, rows, cols int, sigma []float32, cut float32, x []fl
 
 // jacobi is SVDLanes' rotations on one matrix's B (rows x cols, column j at
 // bm[j*rows:]): v gets the rotations' product V (column j at v[j*cols:]).
-// It returns 0, or 1 where B still rotated in sweep MaxSweeps.
+// It returns 0, or 1 where B still rotated by more than the tolerance in
+// sweep MaxSweeps.
 func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 	cpu.Eye(v, cols, cols, cols)
 	k, tol := cpu.K(), tolerance(rows)
@@ -289,10 +290,10 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 				if t == 0 {
 					continue
 				}
-				rotated = true
 				c := 1 / sqrt(t*t+1)
 				s := t * c
 				tau := s / (1 + c)
+				rotated = rotated || abs(s) > tol // smaller ones still rotate, and end the sweeps
 				rotatePair(x, y, s, tau)
 				rotatePair(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], s, tau)
 			}

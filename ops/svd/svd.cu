@@ -169,7 +169,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
                 gamma = mc_warp_sum(gamma);
                 float s, tau;
                 if (!svd_angle(alpha, beta, gamma, tol, residue, s, tau)) continue;
-                rotated = 1.f;
+                if (fabsf(s) > tol) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
                 svd_rotate(X, Y, rows, lane, s, tau);
                 if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, s, tau);
             }
@@ -272,9 +272,9 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
             float beta = mc_shfl(alpha, partner);
             bool low = lane < partner;
             float s = 0.f, tau = 0.f;
-            if (lane < cols && partner < cols &&
-                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, residue, s, tau))
-                rotated = 1.f;
+            if (lane < cols && partner < cols)
+                svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, residue, s, tau);
+            if (fabsf(s) > tol) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
             // svd_angle's form, the lower lane's column as x: own + so (other + to own)
             float so = low ? -s : s, to = low ? tau : -tau;
 #pragma unroll

@@ -17,7 +17,9 @@ import (
 // ζ = (‖y‖² - ‖x‖²) / (2 x·y), each column's ‖x‖² formed once and again
 // from the new entries of each rotation of it (an update ‖x‖² - t x·y
 // cancels where y was nearly parallel to x). A sweep takes every pair in row
-// order; the sweeps end once no lane rotated in one. Rotations are applied
+// order; the sweeps end once no lane rotated in one by a sine above tol
+// (LAPACK sgesvj's stop: smaller rotations are still applied, but one that
+// moves its columns by less than rounding would recur every sweep). Rotations are applied
 // as x' = x - s (y + tau x), y' = y + s (x - tau y), tau = s / (1 + c):
 // c x - s y with the cosine's distance from 1 kept exactly (a small
 // angle's c rounds to 1, which would grow every norm by s² a rotation).
@@ -38,7 +40,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	}
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
-	one, half, tol2 := splat(1), splat(0.5), splat(tol*tol)
+	one, half, tolv, tol2 := splat(1), splat(0.5), splat(tol), splat(tol*tol)
 	var norms [maxSVDCols * W]float32 // each column's ‖x‖²
 	var frobenius2 vf
 	for j := range cols {
@@ -72,13 +74,12 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				t := one.Div(abs(zeta).Add(zeta.MulAdd(zeta, one).Sqrt()))
 				t = asF(asI(t).Or(asI(zeta).And(signBit)))
 				t = t.Merge(zero(), turn)
-				moved := uint64(lanes(W).ToBits() &^ t.Equal(zero()).ToBits())
-				if moved == 0 {
+				if lanes(W).ToBits()&^t.Equal(zero()).ToBits() == 0 {
 					continue
 				}
-				rotated |= moved
 				c := one.Div(t.MulAdd(t, one).Sqrt())
 				s := t.Mul(c)
+				rotated |= uint64(abs(s).Greater(tolv).ToBits()) // smaller ones still rotate, and end the sweeps
 				tau := s.Div(one.Add(c))
 				ns, ntau := zero().Sub(s), zero().Sub(tau)
 				var ax, ay vf // the new norms (a lane that does not turn keeps its columns)
