@@ -71,10 +71,25 @@ def _off(op, t):
         return "inside a fallback"
     if not isinstance(t, torch.Tensor):
         return "not a tensor"
+    answers, key = _off_answers, (op, t.is_cuda, t.is_cpu, t.dtype)  # the answers first, then _enabled (see _apply)
+    try:
+        return answers[key]
+    except KeyError:
+        pass
     places, kind = _enabled.get(op, ()), "cuda" if t.is_cuda else "cpu" if t.is_cpu else t.device.type
+    why = None
     if kind not in places and f"{kind}/{str(t.dtype)[6:]}" not in places:
-        return f"not enabled for {kind} {str(t.dtype)[6:]}"
-    return None
+        why = f"not enabled for {kind} {str(t.dtype)[6:]}"
+    if kind in ("cpu", "cuda"):  # (another device's type is not in the key)
+        answers[key] = why
+    return why
+
+
+# _off's answers by (op, is_cuda, is_cpu, dtype) for the selection in force,
+# so that a call PyTorch's op computes pays no string formatting. _apply
+# replaces the dict after changing _enabled: an answer worked out from the
+# old selection goes into the old dict.
+_off_answers = {}
 
 
 def _last_dim(input, normalized_shape):
@@ -364,6 +379,8 @@ def _apply(enabled):
             setattr(owner, attr, _ORIGINALS[target])
     _enabled.clear()
     _enabled.update({op: set(d) for op, d in enabled.items() if d and any(_TARGETS[t][0] == op for t in _PATCHES)})
+    global _off_answers
+    _off_answers = {}
 
 
 def _selection(ops):

@@ -132,3 +132,26 @@ def test_gradcheck_through_the_patched_functions():
         assert torch.autograd.gradcheck(lambda t: F.gelu(t, approximate="tanh"), (x,))
         assert torch.autograd.gradcheck(F.silu, (x,))
         assert torch.autograd.gradcheck(lambda t, g: F.layer_norm(t, (6,), g), (x, w))
+
+
+def test_selection_changes_reach_a_patched_function():
+    """A function that stays patched while its selection changes (the
+    defaults turn silu on for bfloat16 CPU tensors only) follows each
+    change: its remembered answer for a device and dtype is the selection's
+    in force."""
+    from metalcore import _lib
+    x = torch.randn(4, 8)
+    reason = ("silu", "not enabled for cpu float32")
+    metalcore.enable_pytorch_overrides()
+    metalcore.reset_fallback_counts()
+    steps = []
+    for selection in ("defaults", "all", "defaults", "all"):
+        calls, fell = _lib.CALLS["silu_fwd"], _lib.FALLBACKS[reason]
+        if selection == "all":
+            with metalcore.pytorch_overrides(ops=["silu"]):
+                torch.testing.assert_close(F.silu(x), ORIGINALS["silu"](x))
+        else:
+            assert F.silu is not ORIGINALS["silu"]
+            torch.testing.assert_close(F.silu(x), ORIGINALS["silu"](x))
+        steps.append((_lib.CALLS["silu_fwd"] - calls, _lib.FALLBACKS[reason] - fell))
+    assert steps == [(0, 1), (1, 0), (0, 1), (1, 0)]
