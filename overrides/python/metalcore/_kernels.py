@@ -406,11 +406,13 @@ class TensorTable:
     """The descriptors of a list of tensors side by side, and the array of
     their addresses (an mc_tensor* const*), kept between calls: a step
     rewrites only what changed (set, or set_data for a tensor of the same
-    shape, dtype, device and layout as the one described)."""
+    shape, dtype, device and layout as the one described: tensor i's data
+    pointer is words[i * SLOT_WORDS])."""
 
     def __init__(self, tensors):
         n = len(tensors)
         self.buffer = ctypes.create_string_buffer(max(n, 1) * _lib.SLOT_BYTES)
+        self.words = memoryview(self.buffer).cast("B").cast("Q")
         base = ctypes.addressof(self.buffer)
         self.addresses = [base + i * _lib.SLOT_BYTES for i in range(n)]
         self.pointers = (ctypes.c_void_p * max(n, 1))(*self.addresses)
@@ -422,15 +424,7 @@ class TensorTable:
         _lib.pack_into(self.buffer, i * _lib.SLOT_BYTES, self.addresses[i], t)
 
     def set_data(self, i, data):
-        _lib.DATA.pack_into(self.buffer, i * _lib.SLOT_BYTES, data)
-
-    def data_words(self):
-        """The table as 8-byte words: tensor i's data pointer is word
-        i * SLOT_WORDS."""
-        return memoryview(self.buffer).cast("B").cast("Q")
-
-
-SLOT_WORDS = _lib.SLOT_BYTES // 8
+        self.words[i * _lib.SLOT_WORDS] = data
 
 
 def adamw_step(tables, n, config, grad_scale, found_inf, on):

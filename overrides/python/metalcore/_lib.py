@@ -93,6 +93,7 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _HEAD = "<QiiiBBHQQQ"
 assert ctypes.sizeof(Tensor) == struct.calcsize(_HEAD) == 48
 SLOT_BYTES = 48 + 16 * MAX_DIMS
+SLOT_WORDS = SLOT_BYTES // 8  # a slot in 8-byte words: its first is the data pointer
 _CONTIGUOUS = [struct.Struct(_HEAD + "q" * max(n, 1)) for n in range(MAX_DIMS + 1)]
 _STRIDED = [struct.Struct(_HEAD + "q" * (2 * n)) for n in range(MAX_DIMS + 1)]
 
@@ -157,9 +158,6 @@ def describe(t, slot=0):
     return address
 
 
-DATA = struct.Struct("<Q")
-
-
 def form(t):
     """Everything t's description holds but its data pointer (shape,
     strides, dtype, device), as a key; None for None."""
@@ -186,7 +184,7 @@ class _Plan:
                 continue
             self.addresses[i] = base + i * SLOT_BYTES
             pack_into(self.buffer, i * SLOT_BYTES, self.addresses[i], t, halves.get(i) if halves else None)
-            slots.append((i * SLOT_BYTES // 8, i))
+            slots.append((i * SLOT_WORDS, i))
         self.slots = tuple(slots)
 
 
@@ -453,7 +451,7 @@ def recording():
     return None
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+PLAIN = (torch.Tensor, torch.nn.Parameter)
 MISALIGNED = "data not aligned to its elements"
 
 
@@ -466,7 +464,7 @@ def unsupported_one(x, data=True):
     does: a plain tensor (not a subclass), float32/float16/bfloat16, 1 to 32
     dimensions, on a device with a backend, contiguous and (unless data is
     False) aligned to its elements; and no trace recording the call."""
-    if type(x) not in _PLAIN:
+    if type(x) not in PLAIN:
         return "tensor subclass" if isinstance(x, torch.Tensor) else "not a tensor"
     if _forked:
         return recording()
@@ -522,7 +520,7 @@ def admit(first, *others):
     asks only what its tensors' data and the moment decide (subclasses,
     alignment, a trace, a fork). Under torch.compile: (unsupported's answer,
     None)."""
-    if type(first) not in _PLAIN or _forked or compiling():
+    if type(first) not in PLAIN or _forked or compiling():
         return unsupported(first, *others), None
     if _c_is_tracing():  # (not compiling: the C question, cheaper than torch.jit's)
         return "traced", None
@@ -532,7 +530,7 @@ def admit(first, *others):
     for t in others:
         if t is None:
             key += (None,)
-        elif type(t) in _PLAIN:
+        elif type(t) in PLAIN:
             key += (t.shape, t.stride(), t.dtype, t.device)
         else:
             return unsupported(first, *others), None
@@ -573,7 +571,7 @@ def unsupported(first, *others, data=True):
     for t in others:
         if t is None:
             continue
-        if type(t) not in _PLAIN:
+        if type(t) not in PLAIN:
             return "tensor subclass" if isinstance(t, torch.Tensor) else f"{type(t).__name__} where a tensor goes"
         if t.dtype != dtype:
             return "mixed dtypes"

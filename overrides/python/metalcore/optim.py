@@ -10,9 +10,7 @@ import torch
 
 from . import _kernels, _lib, _ops
 from ._dist import is_dtensor, local
-from ._lib import unsupported
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+from ._lib import PLAIN, SLOT_WORDS, unsupported
 
 
 def _state_dtype(p):
@@ -112,8 +110,7 @@ class _Batch:
         self.complex = [p.is_complex() for p in self.owners]
         self.data = [local(p).data_ptr() for p in self.owners]
         # plain: every parameter a plain real tensor off MPS (take_grads' quick path)
-        self.plain = not self.mps and all(type(p) in _PLAIN and not c for p, c in zip(self.owners, self.complex))
-        self.grad_words = self.tables[1].data_words()
+        self.plain = not self.mps and all(type(p) in PLAIN and not c for p, c in zip(self.owners, self.complex))
 
     def take_grads(self):
         """Reads each parameter's gradient into the grads table; False when
@@ -146,7 +143,7 @@ class _Batch:
         can be swapped for a tensor of another dtype, device or shape)
         without the DTensor, complex and MPS cases, writing each data pointer
         straight into the table."""
-        rows, words, stride = self.rows, self.grad_words, _kernels.SLOT_WORDS
+        rows, words, stride = self.rows, self.tables[1].words, SLOT_WORDS
         dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
         for i, (p, d, shape) in enumerate(zip(self.owners, self.data, self.shapes)):
             g = p.grad
