@@ -207,6 +207,44 @@ func TestPrimitives(t *testing.T) {
 			acc = append(acc[:0], d...)
 			k.Axpy(acc, a, -1.5)
 			each("Axpy", acc, func(i int) float64 { return float64(d[i]) - 1.5*float64(a[i]) })
+			x, y := append([]float32(nil), a...), append([]float32(nil), b...)
+			k.Rot(x, y, 0.6, -0.8)
+			each("Rot x", x, func(i int) float64 { return 0.6*float64(a[i]) + 0.8*float64(b[i]) })
+			each("Rot y", y, func(i int) float64 { return -0.8*float64(a[i]) + 0.6*float64(b[i]) })
+			symmetricSteps(t, k, rng, n)
+		}
+	}
+}
+
+// symmetricSteps holds SymMV and SymRank2 on an n x n triangle at a row
+// stride past n to float64, and checks that neither touches the lower
+// triangle or the padding.
+func symmetricSteps(t *testing.T, k *simd.Table, rng *rand.Rand, n int) {
+	ld := n + 5
+	a := randv(rng, n*ld)
+	x, y := randv(rng, n+3)[:n], randv(rng, n+3)[:n]
+	sym := func(i, j int) float64 { return float64(a[min(i, j)*ld+max(i, j)]) }
+	want := make([]float64, n)
+	for i := range n {
+		want[i] = float64(y[i])
+		for j := range n {
+			want[i] += sym(i, j) * float64(x[j])
+		}
+	}
+	got := append([]float32(nil), y...)
+	k.SymMV(a, ld, n, x, got)
+	for i := range n {
+		require.InDelta(t, want[i], float64(got[i]), 1e-5*(1+float64(n)), "%s SymMV n=%d i=%d", k.Name, n, i)
+	}
+	before := append([]float32(nil), a...)
+	k.SymRank2(a, ld, n, x, y)
+	for i := range n {
+		for j := range ld {
+			w := float64(before[i*ld+j])
+			if j >= i && j < n {
+				w -= float64(x[i])*float64(y[j]) + float64(y[i])*float64(x[j])
+			}
+			require.InDelta(t, w, float64(a[i*ld+j]), 1e-5*(1+math.Abs(w)), "%s SymRank2 n=%d (%d, %d)", k.Name, n, i, j)
 		}
 	}
 }

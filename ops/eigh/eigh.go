@@ -1,6 +1,8 @@
 // Package eigh is the batched symmetric eigendecomposition of [..., n, n]
-// matrices by Jacobi rotations: validation and dispatch to one
-// implementation per device type, the float64 reference in ref.go.
+// matrices, by Jacobi rotations on the GPUs and for small batched matrices
+// on the CPU, by tridiagonal reduction and QL iterations for the rest:
+// validation and dispatch to one implementation per device type, the
+// float64 reference in ref.go.
 package eigh
 
 import (
@@ -18,7 +20,7 @@ type shapes struct {
 
 var decompose = core.NewDispatch[func(s shapes, a, w, v, info *core.View, enc unsafe.Pointer) error]("eigh")
 
-// MaxSweeps bounds the sweeps of rotations over a matrix: a float32 matrix
+// MaxSweeps bounds the Jacobi sweeps over a matrix: a float32 matrix
 // converges in about 6 to 10; one that has not after MaxSweeps (a NaN or an
 // infinity in it) is reported in info.
 const MaxSweeps = 40
@@ -27,9 +29,9 @@ const MaxSweeps = 40
 // reading A's lower triangle (its upper one with upper): w [..., n] the
 // eigenvalues in ascending order, v (optional, nil for eigenvalues only)
 // [..., n, n] the orthonormal eigenvectors in its columns. info [...]
-// (int32) is 0 where the rotations converged, and 1 where A holds a NaN
-// or an infinity (its w and v are then NaN) or they did not converge
-// within MaxSweeps sweeps. a, w and v:
+// (int32) is 0 where the method converged, and 1 where A holds a NaN
+// or an infinity (its w and v are then NaN) or it did not converge
+// (MaxSweeps Jacobi sweeps, or maxQLIterations for an eigenvalue). a, w and v:
 // float32, float16 or bfloat16, one dtype (computed in float32),
 // contiguous, never overlapping.
 func Eigh(a *core.Tensor, upper bool, w, v, info *core.Tensor, enc unsafe.Pointer) error {

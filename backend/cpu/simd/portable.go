@@ -103,6 +103,30 @@ func portable() (t Table) {
 			acc[i] += a[i] * b[i] * s
 		}
 	}
+	t.Rot = func(x, y []float32, c, s float32) {
+		for i, a := range x {
+			b := y[i]
+			x[i], y[i] = c*a-s*b, s*a+c*b
+		}
+	}
+	t.SymMV = func(a []float32, ld, n int, x, y []float32) {
+		for j := range n {
+			row := a[j*ld : j*ld+n]
+			y[j] += row[j] * x[j]
+			for c := j + 1; c < n; c++ {
+				y[j] += row[c] * x[c]
+				y[c] += row[c] * x[j]
+			}
+		}
+	}
+	t.SymRank2 = func(a []float32, ld, n int, x, y []float32) {
+		for j := range n {
+			row := a[j*ld : j*ld+n]
+			for c := j; c < n; c++ {
+				row[c] -= x[j]*y[c] + y[j]*x[c]
+			}
+		}
+	}
 	t.Axpy = func(dst, x []float32, s float32) {
 		for i, v := range x[:len(dst)] {
 			dst[i] += s * v

@@ -140,6 +140,16 @@ type EighKernels struct {
 	// is 0 where lane l converged, 1 where it still rotated in the last
 	// sweep. Nil in the portable table.
 	EighLanes func(a []float32, n int, v []float32, maxSweeps int, info []int32)
+	// Rot is the plane rotation (x, y) = (c x - s y, s x + c y) of two
+	// rows: the QL iterations' update of the eigenvectors.
+	Rot func(x, y []float32, c, s float32)
+	// SymMV and SymRank2 are the tridiagonal reduction's steps on a
+	// symmetric n x n A held as its upper triangle by rows at row stride ld
+	// (row j from a[j*ld+j]; the lower triangle is neither read nor
+	// written): SymMV is y += A x, SymRank2 is A -= x yᵀ + y xᵀ. x and y
+	// need 3 elements of capacity past n (vector loads).
+	SymMV    func(a []float32, ld, n int, x, y []float32)
+	SymRank2 func(a []float32, ld, n int, x, y []float32)
 }
 
 // SVDKernels are batched singular value decomposition's primitive.

@@ -209,9 +209,10 @@ def systems(A, B, left, raising_as=None):
 
 # What mc_eigh's GPU kernel holds on chip: the matrix (and its eigenvectors)
 # at n (n + 1) floats each, and a little more (ops/eigh/gpu.go's
-# matrixBytes). On the CPU Jacobi rotations past order 32 are slower than
-# PyTorch's LAPACK (bench/linalg.md), which computes those.
-_EIGH_CPU_ORDER = 32
+# matrixBytes). On the CPU the unblocked tridiagonal reduction past order
+# 128 is slower per thread than PyTorch's LAPACK (bench/linalg.md), which
+# computes those.
+_EIGH_CPU_ORDER = 128
 
 
 def eigh_refused(A, UPLO="L", vectors=True):
@@ -248,7 +249,8 @@ def _decompose(A, UPLO, vectors, name):
 def eigh(A, UPLO="L"):
     """torch.linalg.eigh(A, UPLO=): (eigenvalues ascending, eigenvectors in
     columns) of every symmetric matrix of A [..., n, n], reading its lower
-    (UPLO='L') or upper triangle, by Jacobi rotations; float32, float16 and
+    (UPLO='L') or upper triangle, by Jacobi rotations (on the CPU from
+    order 32, tridiagonal reduction and QL iterations); float32, float16 and
     bfloat16 (16-bit computed in float32, returned in A's dtype). Raises
     torch.linalg.LinAlgError, as PyTorch does, for a matrix holding a NaN or
     an infinity (the host reads the library's info). Differentiable

@@ -34,11 +34,13 @@ def check(w, v, a, dtype, what):
     close(v64.mT @ v64, torch.eye(n, dtype=torch.float64).expand_as(v64), dtype, f"{what} Vᵀ V", tol=TOL[dtype])
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 7, 16, 32])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 16, 32, 33, 64, 128])
 @pytest.mark.parametrize("batch", [(4,), (2, 3)])
 @pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_matches_torch(device, n, batch, upper, dtype):
+    if device == "mps" and n > 60:
+        pytest.skip("past the orders Metal's kernel holds (PyTorch's there)")
     gen = torch.Generator().manual_seed(n * 7 + len(batch) + upper)
     a, full = symmetric(batch, n, dtype, device, gen, upper)
     uplo = "U" if upper else "L"

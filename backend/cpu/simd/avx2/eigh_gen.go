@@ -87,6 +87,62 @@ func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 	}
 }
 
+// rot is simd.Table.Rot.
+func rot(x, y []float32, c, s float32) {
+	cv, sv := splat(c), splat(s)
+	y = y[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		a, b := load(x, i), load(y, i)
+		store(cv.Mul(a).Sub(sv.Mul(b)), x, i)
+		store(sv.MulAdd(a, cv.Mul(b)), y, i)
+	}
+	if n < len(x) {
+		a, b := loadPart(x[n:]), loadPart(y[n:])
+		storePart(cv.Mul(a).Sub(sv.Mul(b)), x[n:])
+		storePart(sv.MulAdd(a, cv.Mul(b)), y[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// symMV is simd.Table.SymMV: row j of the triangle adds its dot product
+// with x to y[j] and itself times x[j] to y's later elements, one pass.
+func symMV(a []float32, ld, n int, x, y []float32) {
+	for j := range n {
+		row, xs, ys := a[j*ld+j+1:j*ld+n], x[j+1:n], y[j+1:n]
+		xj := splat(x[j])
+		var acc vf
+		m := full(len(row))
+		for c := 0; c < m; c += W {
+			r := load(row, c)
+			acc = r.MulAdd(load(xs, c), acc)
+			store(r.MulAdd(xj, load(ys, c)), ys, c)
+		}
+		if m < len(row) {
+			r := loadPart(row[m:])
+			acc = r.MulAdd(loadPart(xs[m:]), acc)
+			storePart(r.MulAdd(xj, loadPart(ys[m:])), ys[m:])
+		}
+		y[j] += a[j*ld+j]*x[j] + hsum(acc) // hsum ends the vector section
+	}
+}
+
+// symRank2 is simd.Table.SymRank2, a row of the triangle at a time.
+func symRank2(a []float32, ld, n int, x, y []float32) {
+	for j := range n {
+		row, xs, ys := a[j*ld+j:j*ld+n], x[j:n], y[j:n]
+		xj, yj := splat(x[j]), splat(y[j])
+		m := full(len(row))
+		for c := 0; c < m; c += W {
+			store(load(row, c).Sub(load(ys, c).MulAdd(xj, load(xs, c).Mul(yj))), row, c)
+		}
+		if m < len(row) {
+			storePart(loadPart(row[m:]).Sub(loadPart(ys[m:]).MulAdd(xj, loadPart(xs[m:]).Mul(yj))), row[m:])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
 // rotate sets (x, y) = (c x - s y, s x + c y) for the vectors at s[i:] and s[j:].
 func rotate(m []float32, i, j int, c, s vf) {
 	x, y := load(m, i), load(m, j)
