@@ -211,6 +211,11 @@ func TestPrimitives(t *testing.T) {
 			k.Rot(x, y, 0.6, -0.8)
 			each("Rot x", x, func(i int) float64 { return 0.6*float64(a[i]) + 0.8*float64(b[i]) })
 			each("Rot y", y, func(i int) float64 { return -0.8*float64(a[i]) + 0.6*float64(b[i]) })
+			x, y = append(x[:0], a...), append(y[:0], b...)
+			k.JacobiRot(x, y, 0.25, float32(0.25/(1+math.Sqrt(1-0.25*0.25))))
+			cos := math.Sqrt(1 - 0.25*0.25)
+			each("JacobiRot x", x, func(i int) float64 { return cos*float64(a[i]) - 0.25*float64(b[i]) })
+			each("JacobiRot y", y, func(i int) float64 { return 0.25*float64(a[i]) + cos*float64(b[i]) })
 			symmetricSteps(t, k, rng, n)
 		}
 	}

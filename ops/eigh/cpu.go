@@ -6,13 +6,14 @@ import (
 
 	"metalcore/backend/cpu"
 	"metalcore/internal/core"
+	"metalcore/ops/internal/tridiag"
 )
 
 // The CPU kernel: small matrices a vector's width at a time, one per lane
 // (EighLanes, Jacobi rotations), where the ISA has it and the batch fills
 // lanes; otherwise, and from order minTridiagonalOrder, one matrix per
 // worker at a time by tridiagonal reduction and QL iterations
-// (tridiagonal.go). Either way each matrix is a full symmetric float32
+// (ops/internal/tridiag). Either way each matrix is a full symmetric float32
 // copy in the worker's scratch.
 func init() { decompose.Register(core.DeviceCPU, eighCPU) }
 
@@ -51,12 +52,12 @@ func eighCPU(s shapes, av, wv, vv, iv *core.View, _ unsafe.Pointer) error {
 		return nil
 	}
 	cpu.Parallel(s.batch, max(1, 4096/max(n*n*n, 1)), func(lo, hi int, sc *cpu.Scratch) {
-		order, t := make([]int, n), newTridiagonal(n)
+		order, t, unset := make([]int, n), tridiag.New(n), make([]float64, n)
 		for b := lo; b < hi; b++ {
 			a, finite := io.load(b, sc.Buf(bufA, n*n))
-			vals, info := t.dd, int32(0)
+			vals, info := unset, int32(0) // a matrix not finite: store writes NaN
 			if finite {
-				vals, info = t.decompose(a, s.vectors)
+				vals, info = t.Decompose(a, s.vectors)
 			}
 			var v []float32
 			if s.vectors {

@@ -31,7 +31,7 @@ const MaxSweeps = 40
 // [..., n, n] the orthonormal eigenvectors in its columns. info [...]
 // (int32) is 0 where the method converged, and 1 where A holds a NaN
 // or an infinity (its w and v are then NaN) or it did not converge
-// (MaxSweeps Jacobi sweeps, or maxQLIterations for an eigenvalue). a, w and v:
+// (MaxSweeps Jacobi sweeps, or tridiag.MaxQLIterations for an eigenvalue). a, w and v:
 // float32, float16 or bfloat16, one dtype (computed in float32),
 // contiguous, never overlapping.
 func Eigh(a *core.Tensor, upper bool, w, v, info *core.Tensor, enc unsafe.Pointer) error {

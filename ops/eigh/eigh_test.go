@@ -174,7 +174,7 @@ func TestEigh(t *testing.T) {
 func TestEighSpecialMatrices(t *testing.T) {
 	tu.ForEachBackend(t, func(t *testing.T, be tu.Backend) {
 		rng := tu.RNG(t)
-		for _, n := range []int{5, 24} {
+		for _, n := range []int{5, 24, 40} {
 			q := tu.Orthonormal(rng, n, n)
 			spectrum := func(d func(i int) float64) []float64 { return tu.WithSpectrum(q, n, q, n, n, d) }
 			mats := [][]float64{

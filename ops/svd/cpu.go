@@ -6,21 +6,29 @@ import (
 
 	"metalcore/backend/cpu"
 	"metalcore/internal/core"
+	"metalcore/ops/internal/tridiag"
 )
 
-// The CPU kernel: batches of matrices a vector's width at a time, one per
-// lane (SVDLanes), where the ISA has it; otherwise one matrix per worker at
-// a time (jacobi, the same rotations). Either way each matrix's B is a
-// float32 copy in the worker's scratch, column by column.
+// The CPU kernel: batches of small matrices a vector's width at a time, one
+// per lane (SVDLanes), where the ISA has it; otherwise, and from
+// minPreconditionedCols columns, one matrix per worker at a time, its B
+// first multiplied by the eigenvectors of BᵀB (precondition), then the same
+// rotations (jacobi). Either way each matrix's B is a float32 copy in the
+// worker's scratch, column by column.
 func init() { decompose.Register(core.DeviceCPU, svdCPU) }
 
 // maxLaneFloats bounds the B and V of the matrices rotated a vector's width
 // at a time (128 x 128 and its V: 2 MB interleaved with AVX-512).
 const maxLaneFloats = 2 * 128 * 128
 
+// minPreconditionedCols is the number of B's columns from which one matrix
+// at a time, preconditioned, is faster than a vector's width of them by
+// rotations alone (bench/linalg.md).
+const minPreconditionedCols = 48
+
 // Scratch buffer slots: a matrix as read, the B (a lanes group's, or one)
-// and V, the interleaved B and V, the finishing column norms and vector,
-// and the outputs' conversions.
+// and V, the interleaved B and V (one matrix's BᵀB and B V0 instead), the
+// finishing column norms and vector, and the outputs' conversions.
 const (
 	bufRaw = iota
 	bufB
@@ -31,6 +39,8 @@ const (
 	bufS
 	bufU
 	bufVh
+	bufGram    = bufLanes
+	bufProduct = bufLanesV
 )
 
 // tolerance is the rotations' threshold: a pair of B's columns whose
@@ -52,7 +62,7 @@ func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
 	if s.vectors {
 		io.u, io.vh = cpu.TensorSpan(uv), cpu.TensorSpan(vv)
 	}
-	if k := cpu.K(); k.SVDLanes != nil && s.batch >= 2 && rows*cols+cols*cols <= maxLaneFloats {
+	if k := cpu.K(); k.SVDLanes != nil && s.batch >= 2 && cols < minPreconditionedCols {
 		lanes := k.Lanes
 		cpu.Parallel((s.batch+lanes-1)/lanes, 1, func(lo, hi int, sc *cpu.Scratch) {
 			for g := lo; g < hi; g++ {
@@ -62,11 +72,15 @@ func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
 		return nil
 	}
 	cpu.Parallel(s.batch, max(1, 4096/max(rows*cols*cols, 1)), func(lo, hi int, sc *cpu.Scratch) {
+		t := tridiag.New(cols)
 		for b := lo; b < hi; b++ {
 			bm := sc.Buf(bufB, rows*cols)
 			amax := io.load(b, bm, sc)
 			v := sc.Buf(bufV, cols*cols)
-			info := jacobi(bm, rows, cols, v)
+			if amax != amax || !precondition(bm, rows, cols, v, t, sc) {
+				cpu.Eye(v, cols, cols, cols)
+			}
+			info := jacobi(bm, rows, cols, v, sc.Buf(bufFinish, cols))
 			infos[b] = io.store(b, bm, v, amax, info, sc)
 		}
 	})
@@ -262,23 +276,58 @@ func complete(bm []float32, rows, cols int, sigma []float32, cut float32, x []fl
 	}
 }
 
+// precondition multiplies B (rows x cols, column j at bm[j*rows:]) by V0,
+// the eigenvectors of BᵀB, and sets v to V0 (column j at v[j*cols:]): the
+// columns of B V0 are orthogonal but for V0's rounding, and the rotations
+// then take two sweeps (the second rotating nothing past the tolerance)
+// where B itself takes 7 to 11. It returns false, B and v untouched, where
+// the eigendecomposition did not converge.
+func precondition(bm []float32, rows, cols int, v []float32, t *tridiag.Solver, sc *cpu.Scratch) bool {
+	k, g := cpu.K(), sc.Buf(bufGram, cols*cols)
+	for p := range cols {
+		x := bm[p*rows : (p+1)*rows]
+		for q := p; q < cols; q++ {
+			d := k.Dot(x, bm[q*rows:(q+1)*rows])
+			g[p*cols+q], g[q*cols+p] = d, d
+		}
+	}
+	if _, info := t.Decompose(g, true); info != 0 {
+		return false
+	}
+	copy(v, g) // g's rows are V0's columns
+	out := sc.Buf(bufProduct, rows*cols)
+	clear(out)
+	for j := range cols {
+		col := out[j*rows : (j+1)*rows]
+		for i, x := range g[j*cols : (j+1)*cols] {
+			k.Axpy(col, bm[i*rows:(i+1)*rows], x)
+		}
+	}
+	copy(bm, out)
+	return true
+}
+
 // jacobi is SVDLanes' rotations on one matrix's B (rows x cols, column j at
-// bm[j*rows:]): v gets the rotations' product V (column j at v[j*cols:]).
-// It returns 0, or 1 where B still rotated by more than the tolerance in
-// sweep MaxSweeps.
-func jacobi(bm []float32, rows, cols int, v []float32) int32 {
-	cpu.Eye(v, cols, cols, cols)
+// bm[j*rows:]), applied to v too (cols x cols, column j at v[j*cols:]: the
+// identity or precondition's V0); norms is cols floats of scratch (the
+// columns' squared norms, formed again after each rotation). It returns 0,
+// or 1 where B still rotated by more than the tolerance in sweep MaxSweeps.
+func jacobi(bm []float32, rows, cols int, v []float32, norms []float32) int32 {
 	k, tol := cpu.K(), tolerance(rows)
 	residue := frozen(k.SumSq(bm), tol)
 	abs := func(x float32) float32 { return float32(math.Abs(float64(x))) }
 	sqrt := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
+	col := func(j int) []float32 { return bm[j*rows : (j+1)*rows] }
+	for j := range cols {
+		norms[j] = k.SumSq(col(j))
+	}
 	for range MaxSweeps {
 		rotated := false
 		for p := 0; p < cols-1; p++ {
-			x := bm[p*rows : (p+1)*rows]
+			x := col(p)
 			for q := p + 1; q < cols; q++ {
-				y := bm[q*rows : (q+1)*rows]
-				alpha, beta, gamma := k.SumSq(x), k.SumSq(y), k.Dot(x, y)
+				y := col(q)
+				alpha, beta, gamma := norms[p], norms[q], k.Dot(x, y)
 				if !(abs(gamma) > tol*sqrt(alpha)*sqrt(beta)) || alpha <= residue || beta <= residue {
 					continue
 				}
@@ -294,8 +343,11 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 				s := t * c
 				tau := s / (1 + c)
 				rotated = rotated || abs(s) > tol // smaller ones still rotate, and end the sweeps
-				rotatePair(x, y, s, tau)
-				rotatePair(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], s, tau)
+				k.JacobiRot(x, y, s, tau)
+				k.JacobiRot(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], s, tau)
+				// from the new entries: alpha - t gamma cancels for nearly
+				// parallel columns
+				norms[p], norms[q] = k.SumSq(x), k.SumSq(y)
 			}
 		}
 		if !rotated {
@@ -303,12 +355,4 @@ func jacobi(bm []float32, rows, cols int, v []float32) int32 {
 		}
 	}
 	return 1
-}
-
-// rotatePair sets (x, y) = (c x - s y, s x + c y) as SVDLanes does:
-// x - s (y + tau x) and y + s (x - tau y), tau = s / (1 + c).
-func rotatePair(x, y []float32, s, tau float32) {
-	for i := range x {
-		x[i], y[i] = x[i]-s*(y[i]+tau*x[i]), y[i]+s*(x[i]-tau*y[i])
-	}
 }

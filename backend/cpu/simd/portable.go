@@ -109,6 +109,12 @@ func portable() (t Table) {
 			x[i], y[i] = c*a-s*b, s*a+c*b
 		}
 	}
+	t.JacobiRot = func(x, y []float32, s, tau float32) {
+		for i, a := range x {
+			b := y[i]
+			x[i], y[i] = a-s*(b+tau*a), b+s*(a-tau*b)
+		}
+	}
 	t.SymMV = func(a []float32, ld, n int, x, y []float32) {
 		for j := range n {
 			row := a[j*ld : j*ld+n]

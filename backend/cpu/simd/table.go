@@ -164,6 +164,11 @@ type SVDKernels struct {
 	// converged, 1 where it still rotated in the last sweep. Nil in the
 	// portable table.
 	SVDLanes func(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32)
+	// JacobiRot is one matrix's rotation of two columns as SVDLanes
+	// rotates them: (x, y) = (c x - s y, s x + c y) formed as x - s (y +
+	// tau x) and y + s (x - tau y), tau = s / (1 + c), which keeps a small
+	// angle's rotation orthogonal where c rounds to 1.
+	JacobiRot func(x, y []float32, s, tau float32)
 }
 
 // Conversions are the 16-bit formats to and from float32.

@@ -275,9 +275,9 @@ def eigvalsh(A, UPLO="L"):
 
 # What mc_svd's GPU kernel holds on chip: B (max(m, n) x k), with the
 # vectors V (k x k), and a little more (ops/svd/gpu.go's matrixBytes). On
-# the CPU the rotations past k = 64 are slower than PyTorch's LAPACK
-# (bench/linalg.md), which computes those.
-_SVD_CPU_ORDER = 64
+# the CPU past k = 256 PyTorch's LAPACK computes (measured up to 256 here,
+# bench/linalg.md).
+_SVD_CPU_ORDER = 256
 
 
 def svd_refused(A, full_matrices=False, vectors=True):

@@ -105,12 +105,30 @@ func rot(x, y []float32, c, s float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// jacobiRot is simd.Table.JacobiRot.
+func jacobiRot(x, y []float32, s, tau float32) {
+	sv, tv := splat(s), splat(tau)
+	y = y[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		a, b := load(x, i), load(y, i)
+		store(a.Sub(sv.Mul(tv.MulAdd(a, b))), x, i)
+		store(sv.MulAdd(a.Sub(tv.Mul(b)), b), y, i)
+	}
+	if n < len(x) {
+		a, b := loadPart(x[n:]), loadPart(y[n:])
+		storePart(a.Sub(sv.Mul(tv.MulAdd(a, b))), x[n:])
+		storePart(sv.MulAdd(a.Sub(tv.Mul(b)), b), y[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
 // symMV is simd.Table.SymMV: row j of the triangle adds its dot product
 // with x to y[j] and itself times x[j] to y's later elements, one pass.
 func symMV(a []float32, ld, n int, x, y []float32) {
 	for j := range n {
 		row, xs, ys := a[j*ld+j+1:j*ld+n], x[j+1:n], y[j+1:n]
-		xj := splat(x[j])
+		xj := broadcastAt(x, j)
 		var acc vf
 		m := full(len(row))
 		for c := 0; c < m; c += W {
@@ -123,7 +141,8 @@ func symMV(a []float32, ld, n int, x, y []float32) {
 			acc = r.MulAdd(loadPart(xs[m:]), acc)
 			storePart(r.MulAdd(xj, loadPart(ys[m:])), ys[m:])
 		}
-		y[j] += a[j*ld+j]*x[j] + hsum(acc) // hsum ends the vector section
+		dot := hsum(acc) // the vector section's end, before scalar float code
+		y[j] += a[j*ld+j]*x[j] + dot
 	}
 }
 
@@ -131,7 +150,7 @@ func symMV(a []float32, ld, n int, x, y []float32) {
 func symRank2(a []float32, ld, n int, x, y []float32) {
 	for j := range n {
 		row, xs, ys := a[j*ld+j:j*ld+n], x[j:n], y[j:n]
-		xj, yj := splat(x[j]), splat(y[j])
+		xj, yj := broadcastAt(x, j), broadcastAt(y, j)
 		m := full(len(row))
 		for c := 0; c < m; c += W {
 			store(load(row, c).Sub(load(ys, c).MulAdd(xj, load(xs, c).Mul(yj))), row, c)

@@ -103,6 +103,24 @@ func rot(x, y []float32, c, s float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// jacobiRot is simd.Table.JacobiRot.
+func jacobiRot(x, y []float32, s, tau float32) {
+	sv, tv := splat(s), splat(tau)
+	y = y[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		a, b := load(x, i), load(y, i)
+		store(a.Sub(sv.Mul(tv.MulAdd(a, b))), x, i)
+		store(sv.MulAdd(a.Sub(tv.Mul(b)), b), y, i)
+	}
+	if n < len(x) {
+		a, b := loadPart(x[n:]), loadPart(y[n:])
+		storePart(a.Sub(sv.Mul(tv.MulAdd(a, b))), x[n:])
+		storePart(sv.MulAdd(a.Sub(tv.Mul(b)), b), y[n:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
 // symMV is simd.Table.SymMV: row j of the triangle adds its dot product
 // with x to y[j] and itself times x[j] to y's later elements, one pass.
 func symMV(a []float32, ld, n int, x, y []float32) {

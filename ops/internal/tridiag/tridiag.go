@@ -1,4 +1,10 @@
-package eigh
+// Package tridiag is the CPU's symmetric eigendecomposition of one float32
+// matrix: Householder reduction to tridiagonal form, then implicit QL
+// iterations with Wilkinson's shift on the tridiagonal (EISPACK's tred2
+// and tql2, as JAMA writes them), the QL rotations applied to the
+// reduction's orthogonal factor. ops/eigh decomposes with it; ops/svd
+// preconditions one-sided Jacobi with the eigenvectors of BᵀB.
+package tridiag
 
 import (
 	"math"
@@ -6,36 +12,34 @@ import (
 	"metalcore/backend/cpu"
 )
 
-// The CPU's one-matrix method: Householder reduction to tridiagonal form,
-// then implicit QL iterations with Wilkinson's shift on the tridiagonal
-// (EISPACK's tred2 and tql2, as JAMA writes them), the QL rotations
-// applied to the reduction's orthogonal factor. About 9n³ flops with the
-// eigenvectors, where one Jacobi sweep costs about 6n³ and a matrix takes
-// 6 to 10 sweeps. The algorithm's V is kept transposed (row j of w holds
-// V's column j), so that its column loops run along contiguous rows.
+// The method costs about 9n³ flops with the eigenvectors, where one Jacobi
+// sweep costs about 6n³ and a matrix takes 6 to 10 sweeps. The algorithm's
+// V is kept transposed (row j of w holds V's column j), so that its column
+// loops run along contiguous rows.
 
-// maxQLIterations bounds the QL iterations per eigenvalue (LAPACK's
+// MaxQLIterations bounds the QL iterations per eigenvalue (LAPACK's
 // ssteqr allows 30); past it the matrix is reported in info.
-const maxQLIterations = 30
+const MaxQLIterations = 30
 
-// tridiagonal is one worker's storage for the method at order n.
-type tridiagonal struct {
+// Solver is one worker's storage for the method at order n.
+type Solver struct {
 	n       int
 	d, e, u []float32 // working vectors, each with 3 floats of padding (vector loads)
 	dd      []float64 // the tridiagonal's diagonal, then the eigenvalues
 	ee      []float64 // its off-diagonal
 }
 
-func newTridiagonal(n int) *tridiagonal {
+// New is a Solver for order n.
+func New(n int) *Solver {
 	vec := func() []float32 { return make([]float32, n, n+3) }
-	return &tridiagonal{n: n, d: vec(), e: vec(), u: vec(), dd: make([]float64, n), ee: make([]float64, n)}
+	return &Solver{n: n, d: vec(), e: vec(), u: vec(), dd: make([]float64, n), ee: make([]float64, n)}
 }
 
-// decompose diagonalizes the symmetric n x n w (all of it read): it
+// Decompose diagonalizes the symmetric n x n w (all of it read): it
 // returns the eigenvalues, unordered, and 0, or 1 where the QL iterations
 // did not converge. With vectors, w ends with the eigenvectors in its rows,
 // in the eigenvalues' order; without, w is scratch.
-func (t *tridiagonal) decompose(w []float32, vectors bool) ([]float64, int32) {
+func (t *Solver) Decompose(w []float32, vectors bool) ([]float64, int32) {
 	if t.n == 0 {
 		return t.dd, 0
 	}
@@ -54,7 +58,7 @@ func (t *tridiagonal) decompose(w []float32, vectors bool) ([]float64, int32) {
 // last row first, leave the tridiagonal's diagonal in w's and its
 // off-diagonal in t.ee[1:], the reflectors in w's rows below the diagonal
 // and their scalars in t.d, for accumulate.
-func (t *tridiagonal) reduce(w []float32) {
+func (t *Solver) reduce(w []float32) {
 	n, d, e, k := t.n, t.d, t.e, cpu.K()
 	for j := range n {
 		d[j] = w[j*n+n-1]
@@ -107,7 +111,7 @@ func (t *tridiagonal) reduce(w []float32) {
 // accumulate is tred2's second half: the product of the reflectors into
 // w, transposed (each reflector applied to w's transpose, where it is one
 // left multiplication), the tridiagonal's diagonal into t.dd.
-func (t *tridiagonal) accumulate(w []float32) {
+func (t *Solver) accumulate(w []float32) {
 	n, u, k := t.n, t.u, cpu.K()
 	transpose(w, n)
 	for i := range n {
@@ -139,8 +143,8 @@ func transpose(m []float32, n int) {
 // ql is tql2's implicit QL iterations on the tridiagonal (t.dd, t.ee[1:]),
 // each rotation applied to the rows of w (nil for none): t.dd ends with
 // the eigenvalues, w with the eigenvectors in its rows. It returns 0, or
-// 1 where an eigenvalue took more than maxQLIterations iterations.
-func (t *tridiagonal) ql(w []float32) int32 {
+// 1 where an eigenvalue took more than MaxQLIterations iterations.
+func (t *Solver) ql(w []float32) int32 {
 	n, d, e, k := t.n, t.dd, t.ee, cpu.K()
 	copy(e, e[1:])
 	e[n-1] = 0
@@ -153,7 +157,7 @@ func (t *tridiagonal) ql(w []float32) int32 {
 			m++
 		}
 		for iter := 0; m > l; iter++ {
-			if iter == maxQLIterations {
+			if iter == MaxQLIterations {
 				return 1
 			}
 			g := d[l]
