@@ -94,8 +94,8 @@ def main():
           "10000 x 32² >= 3x on the CPU and >= 2x on the H100, >= 1.0x elsewhere up to n = 128; eigh 5000 x 16² "
           ">= 5x and 200 x 128² >= 2x on the CPU, >= 3x at n <= 32 and >= 20x at n = 64 to 128 on the H100; SVD "
           "2000 x 32² >= 5x and 100 x 128² >= 2x on the CPU, >= 3x at n <= 32 and >= 20x at n = 64 to 128 (tall "
-          "shapes included) on the H100. On the CPU metalcore.linalg leaves eigh past order 32 and SVD past "
-          "min(m, n) = 64 to PyTorch.\n")
+          "shapes included) on the H100. On the CPU metalcore.linalg leaves eigh past order 128 and SVD past "
+          "min(m, n) = 256 to PyTorch.\n")
     for device in harness.devices(cpu_first=True):
         where = harness.on(device)
         rounds = 20 if device == "cuda" else 5
