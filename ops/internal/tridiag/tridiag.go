@@ -40,18 +40,38 @@ func New(n int) *Solver {
 // did not converge. With vectors, w ends with the eigenvectors in its rows,
 // in the eigenvalues' order; without, w is scratch.
 func (t *Solver) Decompose(w []float32, vectors bool) ([]float64, int32) {
-	if t.n == 0 {
+	n := t.n
+	if n == 0 {
 		return t.dd, 0
 	}
-	t.reduce(w)
-	if !vectors {
-		for i := range t.n {
-			t.dd[i] = float64(w[i*t.n+i])
-		}
-		return t.dd, t.ql(nil)
+	// w divided by the power of two above its largest magnitude (exactly),
+	// so that the reduction's sums of a row's magnitudes and squares
+	// neither overflow nor vanish; the eigenvalues are scaled back
+	var amax float64
+	for _, x := range w[:n*n] {
+		amax = max(amax, math.Abs(float64(x)))
 	}
-	t.accumulate(w)
-	return t.dd, t.ql(w)
+	_, exp := math.Frexp(amax)
+	if scale := math.Ldexp(1, -exp); exp != 0 {
+		for i, x := range w[:n*n] {
+			w[i] = float32(float64(x) * scale)
+		}
+	}
+	t.reduce(w)
+	var info int32
+	if vectors {
+		t.accumulate(w)
+		info = t.ql(w)
+	} else {
+		for i := range n {
+			t.dd[i] = float64(w[i*n+i])
+		}
+		info = t.ql(nil)
+	}
+	for i, x := range t.dd {
+		t.dd[i] = math.Ldexp(x, exp)
+	}
+	return t.dd, info
 }
 
 // reduce is tred2's reduction: Householder similarity transformations,
