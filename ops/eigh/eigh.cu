@@ -9,10 +9,13 @@
 // or negligible beside both diagonal entries) and diagonalizes its own
 // 2 x 2 block; then every 2 x 2 block between two pairs (k < k', in the
 // upper triangle) takes both rotations, J_kᵀ B J_k', and every row of V
-// its pairs' rotations. The sweeps end once one rotates nothing. The
+// its pairs' rotations. The sweeps end after one whose rotations all had
+// tangents at most EIGH_STOP_TAN (simd.EighStopTan, 2^-12: convergence is
+// quadratic, and what is left off the diagonal is about their squares). The
 // eigenvalues leave ranked (ascending, NaN last, ties by index) with their
 // columns of V.
 #define EIGH_MAX_SWEEPS 40
+#define EIGH_STOP_TAN 0.000244140625f
 #define EIGH_WARPS 4
 
 MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x); }
@@ -102,7 +105,7 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                         s = tn * c;
                         A[p * ld + p] = app - tn * apq;
                         A[q * ld + q] = fmaf(tn, apq, aqq);
-                        rotated += 1.f;
+                        if (!(fabsf(tn) <= EIGH_STOP_TAN)) rotated += 1.f;  // NaN counts
                     }
                     A[p * ld + q] = 0.f;  // rotated away, or negligible
                 }

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )
@@ -265,5 +268,16 @@ func TestEighShapesAndRefusals(t *testing.T) {
 		if k.name != "v over a" {
 			require.Equal(t, before, [][]byte{k.w.Bytes(), k.v.Bytes(), k.i.Bytes()}, "%s: something was written", k.name)
 		}
+	}
+}
+
+// The GPU kernels' sweep bound and stopping tangent are the CPU's.
+func TestKernelConstants(t *testing.T) {
+	for name, want := range map[string]float64{"EIGH_MAX_SWEEPS": MaxSweeps, "EIGH_STOP_TAN": simd.EighStopTan} {
+		m := regexp.MustCompile(`#define ` + name + ` ([0-9.]+)f?\n`).FindStringSubmatch(kernels)
+		require.NotNil(t, m, "%s not defined in eigh.cu", name)
+		got, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		require.Equal(t, want, got, name)
 	}
 }

@@ -7,6 +7,8 @@ package avx2
 import (
 	"math"
 	"simd/archsimd"
+
+	"metalcore/backend/cpu/simd"
 )
 
 // eighLanes is simd.Table.EighLanes: cyclic Jacobi rotations on W
@@ -14,7 +16,8 @@ import (
 // lane's rotation its own: none where its a_pq is zero or negligible beside
 // both diagonal entries (then a_pq is set to zero), a_pq / (a_qq - a_pp)
 // where that difference dwarfs a_pq. A sweep takes every pair in row
-// order; the sweeps end once no lane rotated in one.
+// order; the sweeps end once no lane's rotation in one had a tangent above
+// simd.EighStopTan.
 func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 	info = info[:W]
 	row := n * W
@@ -31,7 +34,7 @@ func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 	}
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
-	one, half, hundred := splat(1), splat(0.5), splat(100)
+	one, half, hundred, stopTan := splat(1), splat(0.5), splat(100), splat(simd.EighStopTan)
 	all := lanes(W).ToBits()
 	var rotated uint64 // the lanes that rotated in this sweep
 	for range maxSweeps {
@@ -52,7 +55,7 @@ func eighLanes(a []float32, n int, v []float32, maxSweeps int, info []int32) {
 				t = asF(asI(t).Or(asI(theta).And(signBit)))
 				t = apq.Div(h).Merge(t, abs(h).Add(g).Equal(abs(h)))
 				t = zero().Merge(t, skip)
-				rotated |= uint64(all &^ t.Equal(zero()).ToBits())
+				rotated |= uint64(all &^ abs(t).LessEqual(stopTan).ToBits()) // NaN counts
 				c := one.Div(t.MulAdd(t, one).Sqrt())
 				s := t.Mul(c)
 				// the upper triangle's (j, p) and (j, q), each from the
