@@ -47,12 +47,20 @@ func (t *Solver) Decompose(w []float32, vectors bool) ([]float64, int32) {
 	// w divided by the power of two above its largest magnitude (exactly),
 	// so that the reduction's sums of a row's magnitudes and squares
 	// neither overflow nor vanish; the eigenvalues are scaled back
-	var amax float64
+	var amax float32
 	for _, x := range w[:n*n] {
-		amax = max(amax, math.Abs(float64(x)))
+		if x > amax {
+			amax = x
+		} else if -x > amax {
+			amax = -x
+		}
 	}
-	_, exp := math.Frexp(amax)
-	if scale := math.Ldexp(1, -exp); exp != 0 {
+	_, exp := math.Frexp(float64(amax))
+	if scale := math.Ldexp(1, -exp); exp != 0 && scale <= math.MaxFloat32 {
+		for i := range w[:n*n] {
+			w[i] *= float32(scale) // exact but where the product is subnormal
+		}
+	} else if exp != 0 { // a subnormal amax: a scale past float32's range
 		for i, x := range w[:n*n] {
 			w[i] = float32(float64(x) * scale)
 		}
