@@ -75,16 +75,19 @@ type matrixIO struct {
 	a, w, v cpu.Span
 }
 
-// load copies matrix b of a into m as float32, its upper triangle (what
-// the rotations read) from the triangle s.upper names, and says whether
-// every entry of that triangle is finite. The lower triangle is never read.
+// load copies matrix b of a into m as float32, symmetric: both triangles
+// from the one s.upper names (the rotations read the upper one, the
+// tridiagonal method scans all), and says whether every entry of it is
+// finite. A's other triangle is never read.
 func (io matrixIO) load(b int, m []float32) ([]float32, bool) {
 	n := io.s.n
 	copy(m, io.a.At(b*n*n).Load(0, m))
 	var zero float32
 	for i := range n {
-		if !io.s.upper {
-			for j := i + 1; j < n; j++ {
+		for j := i + 1; j < n; j++ {
+			if io.s.upper {
+				m[j*n+i] = m[i*n+j]
+			} else {
 				m[i*n+j] = m[j*n+i]
 			}
 		}

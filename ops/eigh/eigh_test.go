@@ -16,8 +16,8 @@ import (
 )
 
 // symmetric is a random symmetric n x n matrix (row-major) with entries
-// N(0, 1), rounded to dt, its upper triangle (lower with upper) NaN: the
-// triangle eigh must not read.
+// N(0, 1), rounded to dt, its upper triangle (lower with upper) NaN and
+// infinities: the triangle eigh must not read.
 func symmetric(rng *rand.Rand, n int, dt core.DType, upper bool) []float64 {
 	a := make([]float64, n*n)
 	for i := range n {
@@ -30,14 +30,18 @@ func symmetric(rng *rand.Rand, n int, dt core.DType, upper bool) []float64 {
 	return a
 }
 
-// poison sets the triangle eigh does not read to NaN.
+// poison sets the triangle eigh does not read to NaN and infinities.
 func poison(a []float64, n int, upper bool) {
 	for i := range n {
 		for j := range i {
+			bad := math.NaN()
+			if (i+j)%2 == 1 {
+				bad = math.Inf(1 - 2*(j%2))
+			}
 			if upper {
-				a[i*n+j] = math.NaN()
+				a[i*n+j] = bad
 			} else {
-				a[j*n+i] = math.NaN()
+				a[j*n+i] = bad
 			}
 		}
 	}
