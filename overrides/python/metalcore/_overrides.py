@@ -235,12 +235,18 @@ def solve_ex(A, B, *, left=True, check_errors=False, out=None):
 # where one warp or block a matrix must beat PyTorch's batch (bench/linalg.md,
 # small batches on the H100): at order 17 to 32 cuSOLVER's batched Jacobi
 # wins below about 256 matrices, and past 64 PyTorch's loop over the batch
-# wins below 4.
+# wins below 4. On the CPU a single matrix is LAPACK's below _CPU_SINGLE
+# (where the lanes, for batches, and LAPACK's call beat the tridiagonal
+# method on one matrix: parity at 32 with PyTorch 2.6), metalcore's from it
+# (1.4-3x LAPACK from 48 to 128, PyTorch 1.13 and 2.6).
+_CPU_SINGLE = 48
+
+
 def _eigh_fewest(A):
     n = A.shape[-1]
     if A.is_cuda:
         return 256 if 16 < n <= 32 else 4 if n > 64 else 2
-    return 2  # LAPACK's for one matrix: metalcore's CPU kernel is for batches
+    return 1 if A.is_cpu and n >= _CPU_SINGLE else 2
 
 
 def _eigh_refused(A, UPLO, vectors, out):
@@ -274,7 +280,8 @@ def eigvalsh(A, UPLO="L", *, out=None):
 
 
 # The fewest matrices that the svd overrides compute: a single matrix is
-# LAPACK's (metalcore's CPU kernel is for batches) and PyTorch's on CUDA.
+# PyTorch's on CUDA, and LAPACK's on the CPU below min(m, n) = _CPU_SINGLE
+# (from it, one matrix preconditioned, 1.1-4x LAPACK up to 256).
 _SVD_FEWEST = 2
 
 
@@ -283,7 +290,8 @@ def _svd_refused(A, full_matrices, vectors, driver, out):
     torch.compile PyTorch's (they raise on the data)."""
     why = (_off("svd", A) or ("out=" if out is not None else None) or (f"driver={driver!r}" if driver else None)
            or linalg.svd_refused(A, full_matrices, vectors))
-    if why is None and A.numel() < _SVD_FEWEST * A.shape[-1] * A.shape[-2]:
+    if why is None and A.numel() < _SVD_FEWEST * A.shape[-1] * A.shape[-2] and not (
+            A.is_cpu and min(A.shape[-2:]) >= _CPU_SINGLE):
         why = f"fewer than {_SVD_FEWEST} matrices"
     return why or ("raising under torch.compile" if _lib.compiling() else None)
 

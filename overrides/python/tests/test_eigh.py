@@ -138,9 +138,13 @@ def test_overrides(device):
         torch.linalg.eigh(a[0])
         _, small = symmetric((8,), 24, torch.float32, device, gen)
         torch.linalg.eigvalsh(small.to(device))
+        _, single = symmetric((1,), 48, torch.float32, device, gen)  # the CPU's from order 48
+        res = torch.linalg.eigh(single.to(device)[0])
+        check(res.eigenvalues, res.eigenvectors, single[0].to(device), torch.float32, "single")
     fell = metalcore.fallback_counts()["eigh"]
     assert fell.get("dtype float64") == 1 and fell.get("out=") == 1
     assert fell.get("fewer than 2 matrices of order 12") == 1
     assert fell.get("fewer than 256 matrices of order 24") == (1 if device == "cuda" else None)
-    assert metalcore.call_counts() == {"eigh": 3 + (device == "cpu")}  # with the NaN batch
+    assert fell.get("fewer than 2 matrices of order 48") == (None if device == "cpu" else 1)
+    assert metalcore.call_counts() == {"eigh": 3 + 2 * (device == "cpu")}  # with the NaN batch
     assert torch.linalg.eigh is metalcore.linalg._torch_eigh
