@@ -6,8 +6,8 @@ torch.linalg on the same inputs in the same run (bench/linalg.md):
 Cholesky (cholesky_ex, float32) of B Bᵀ/n + I at issue 32's shapes. On the
 CPU metalcore runs on its threads and PyTorch (LAPACK underneath) at the
 faster of 1 thread and as many as metalcore's; on CUDA PyTorch is cuSOLVER
-or MAGMA. Each time is the median of 5 timed calls (20 on CUDA) after a
-warm-up, outputs allocated by the call as a user's are. Error: the largest
+or MAGMA. Each time is the median of 5 timed calls (20 on CUDA, 50 for a single
+CPU matrix) after a warm-up, outputs allocated by the call as a user's are. Error: the largest
 ||L Lᵀ - A|| / ||A|| over the batch, in float64, for each side's factor.
 Solve (solve_ex, float32, one right-hand side) of A = N(0, 1) + 2 sqrt(n) I
 at the same shapes; error: the largest ||A x - b|| / (||A|| ||x||) over the
@@ -25,9 +25,11 @@ import metalcore
 
 CHOLESKY = [(10000, 16), (10000, 32), (2000, 64), (500, 128)]
 SOLVE = CHOLESKY
-EIGH = {"cpu": [(5000, 16), (10000, 32), (1000, 64), (200, 128)],
+# on the CPU also single matrices, which the overrides send to metalcore from order 48
+EIGH = {"cpu": [(5000, 16), (10000, 32), (1000, 64), (200, 128), (1, 32), (1, 48), (1, 128)],
         "cuda": [(5000, 16), (10000, 32), (1000, 64), (100, 128)]}
-SVD = {"cpu": [(2000, 32, 32), (1000, 64, 16), (1000, 64, 64), (100, 128, 128)],
+SVD = {"cpu": [(2000, 32, 32), (1000, 64, 16), (1000, 64, 64), (100, 128, 128), (1, 32, 32), (1, 48, 48),
+               (1, 128, 128)],
        "cuda": [(2000, 32, 32), (1000, 64, 16), (1000, 64, 64), (100, 128, 128)]}
 # small CUDA batches, where a warp or block a matrix meets PyTorch's batch
 # (the overrides' thresholds, _overrides._eigh_fewest and _SVD_FEWEST)
@@ -87,7 +89,7 @@ def pytorch_time(fn, device, rounds):
 def main():
     print("# Batched small-matrix linear algebra\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}; `python3 bench/linalg.py`. Milliseconds, "
-          "median of 5 calls (20 on CUDA); speed is PyTorch's time over metalcore's; error is the largest "
+          "median of 5 calls (20 on CUDA, 50 for a single CPU matrix); speed is PyTorch's time over metalcore's; error is the largest "
           "||L Lᵀ - A|| / ||A|| (Cholesky), ||A x - b|| / (||A|| ||x||) (solve), or the larger of "
           "||A V - V diag(w)|| / ||A|| and ||Vᵀ V - I|| (eigh), or the largest of ||A - U diag(s) Vh|| / ||A||, ||Uᵀ U - I|| "
           "and ||Vh Vhᵀ - I|| (svd) over the batch. Bars (issue 32): Cholesky and solve "
@@ -119,13 +121,13 @@ def main():
             b = torch.randn(batch, n, n, generator=gen)
             a = (b + b.mT).to(device)
             # PyTorch's batched CUDA eigh beyond n = 32 loops over the batch: a few calls are enough there
-            r = rounds if device == "cpu" or n <= 32 else 3
+            r = (50 if batch == 1 else rounds) if device == "cpu" else rounds if n <= 32 else 3
             row("eigh", f"{batch} x {n} x {n}", lambda: torch.linalg.eigh(a), lambda: metalcore.linalg.eigh(a),
                 lambda r: decomposition(r[0], r[1], a), device, r)
         for batch, m, n in SVD[device]:
             gen = torch.Generator().manual_seed(m + n)
             a = torch.randn(batch, m, n, generator=gen).to(device)
-            r = rounds if device == "cpu" or max(m, n) <= 32 else 3  # PyTorch's CUDA loop, as eigh's
+            r = (50 if batch == 1 else rounds) if device == "cpu" else rounds if max(m, n) <= 32 else 3
             row("svd", f"{batch} x {m} x {n}", lambda: torch.linalg.svd(a, full_matrices=False),
                 lambda: metalcore.linalg.svd(a), lambda r: singular(r[0], r[1], r[2], a), device, r)
         print()
