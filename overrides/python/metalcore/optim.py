@@ -138,14 +138,23 @@ class _Batch:
                 table.set_data(i, data)
         return True
 
-    def _take_plain_grads(self):
+    def _take_plain_grads(self, group_params=None):
         """take_grads for a plain batch, the same checks (a gradient's .data
         can be swapped for a tensor of another dtype, device or shape)
         without the DTensor, complex and MPS cases, writing each data pointer
-        straight into the table."""
+        straight into the table. group_params: the group's parameters, for a
+        batch that holds all of them in their order: each is checked to be
+        the one described and its step count the shared one (what the plan's
+        key and counts_changed check otherwise), in the same loop."""
         rows, words, stride = self.rows, self.tables[1].words, SLOT_WORDS
         dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
-        for i, (p, d, shape) in enumerate(zip(self.owners, self.data, self.shapes)):
+        whole = group_params is not None
+        if whole and (len(group_params) != len(self.owners) or self.counter._version != self.counted):
+            return False
+        owners, states, steps = self.owners, self.states, self.steps
+        for i, (p, d, shape) in enumerate(zip(group_params if whole else owners, self.data, self.shapes)):
+            if whole and (p is not owners[i] or states[i]["step"] is not steps[i]):
+                return False
             g = p.grad
             if (type(g) is not plain or p.data_ptr() != d or g.dtype is not dtype or g.shape != shape or
                     g.get_device() != index or not g.is_contiguous()):
@@ -196,11 +205,18 @@ class _Plan:
             batch.rows.append(row)
             batch.states.append(state)
             batch.steps.append(state["step"])
+        # the one batch that holds every parameter of the group, in its order
+        # (each with a gradient, none stepped with PyTorch's arithmetic)
+        self.whole = next(iter(self.batches.values())) if (
+            len(self.batches) == 1 and not self.rest and len(self.params) == len(group["params"])) else None
 
     def current(self, group):
         """Whether this plan still describes the group: the same parameters
         with gradients, their data where it was, no step count changed
         elsewhere, and every gradient as described."""
+        whole = self.whole
+        if whole is not None and whole.tables is not None and whole.plain:  # one loop checks it all
+            return _hyper_refused(group) == self.refused and whole._take_plain_grads(group["params"])
         params = [p for p in group["params"] if p.grad is not None]
         if [id(p) for p in params] != self.key or _hyper_refused(group) != self.refused:
             return False

@@ -182,11 +182,12 @@ def test_capturable_step_in_a_cuda_graph():
 
 
 @pytest.mark.parametrize("change", ["param moved", "grad non-contiguous", "grad dropped", "grad gained",
-                                    "grad on the host"])
+                                    "grad on the host", "param replaced", "step count set"])
 def test_kept_plan_follows_changes(change):
     """A step after its parameters' data moved or their gradients changed
-    (layout, presence, device) steps what PyTorch's does: the kept plan is
-    made again, not reused with stale descriptions."""
+    (layout, presence, device), a parameter of the group was replaced or a
+    step count was set steps what PyTorch's does: the kept plan is made
+    again, not reused with stale descriptions."""
     torch.manual_seed(3)
     device = "cuda" if change == "grad on the host" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -217,6 +218,14 @@ def test_kept_plan_follows_changes(change):
     elif change == "grad dropped":
         step(fresh(gone=0))
     elif change == "grad gained":
+        step(fresh())
+    elif change == "param replaced":  # by a new parameter on the same data: fresh state in PyTorch's AdamW
+        ps[1] = ours.param_groups[0]["params"][1] = ps[1].detach().requires_grad_()
+        qs[1] = theirs.param_groups[0]["params"][1] = qs[1].detach().requires_grad_()
+        step(fresh())
+    elif change == "step count set":
+        for opt, ts in ((ours, ps), (theirs, qs)):
+            opt.state[ts[2]]["step"] = torch.tensor(7.0)
         step(fresh())
     else:
         step(fresh())
