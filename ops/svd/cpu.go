@@ -11,10 +11,10 @@ import (
 
 // The CPU kernel: batches of small matrices a vector's width at a time, one
 // per lane (SVDLanes), where the ISA has it; otherwise, and from
-// minPreconditionedCols columns, one matrix per worker at a time, its B
-// first multiplied by the eigenvectors of BᵀB (precondition), then the same
-// rotations (jacobi). Either way each matrix's B is a float32 copy in the
-// worker's scratch, column by column.
+// minPreconditionedCols columns or past maxLaneFloats, one matrix per
+// worker at a time, its B first multiplied by the eigenvectors of BᵀB
+// (precondition), then the same rotations (jacobi). Either way each
+// matrix's B is a float32 copy in the worker's scratch, column by column.
 func init() { decompose.Register(core.DeviceCPU, svdCPU) }
 
 // maxLaneFloats bounds the B and V of the matrices rotated a vector's width
@@ -62,7 +62,8 @@ func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
 	if s.vectors {
 		io.u, io.vh = cpu.TensorSpan(uv), cpu.TensorSpan(vv)
 	}
-	if k := cpu.K(); k.SVDLanes != nil && s.batch >= 2 && cols < minPreconditionedCols {
+	if k := cpu.K(); k.SVDLanes != nil && s.batch >= 2 && cols < minPreconditionedCols &&
+		rows*cols+cols*cols <= maxLaneFloats {
 		lanes := k.Lanes
 		cpu.Parallel((s.batch+lanes-1)/lanes, 1, func(lo, hi int, sc *cpu.Scratch) {
 			for g := lo; g < hi; g++ {

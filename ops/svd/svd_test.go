@@ -145,6 +145,33 @@ func TestSVD(t *testing.T) {
 	})
 }
 
+// A batch of tall matrices too large for the CPU's lanes (B and V past
+// maxLaneFloats) and few columns: one matrix per worker, in either
+// orientation.
+func TestSVDPastLanes(t *testing.T) {
+	be := tu.CPU
+	rng := tu.RNG(t)
+	for _, mn := range [][2]int{{2100, 16}, {16, 2100}} {
+		m, n := mn[0], mn[1]
+		require.Greater(t, max(m, n)*min(m, n)+min(m, n)*min(m, n), maxLaneFloats)
+		var av []float64
+		for range 3 {
+			av = append(av, random(rng, m, n, core.F32)...)
+		}
+		lead := []int64{3}
+		a := be.New(core.F32, []int64{3, int64(m), int64(n)}).Set(av)
+		s, u, vh, info := outputs(be, core.F32, lead, m, n, true)
+		require.NoError(t, SVD(a.Ptr(), u.Ptr(), s.Ptr(), vh.Ptr(), info.Ptr(), nil))
+		require.Equal(t, []float64{0, 0, 0}, info.Values())
+		k := min(m, n)
+		ss, us, vhs := s.Values(), u.Values(), vh.Values()
+		for b := range 3 {
+			checkSVD(t, fmt.Sprintf("%dx%d matrix %d", m, n, b), av[b*m*n:(b+1)*m*n], ss[b*k:(b+1)*k],
+				us[b*m*k:(b+1)*m*k], vhs[b*k*n:(b+1)*k*n], m, n, 4*tu.Tol(core.F32))
+		}
+	}
+}
+
 // Zero, rank-deficient, orthogonal, repeated-value and ill-conditioned
 // matrices beside a NaN one and an infinite one in one batch: each gets
 // its own info, the NaN and infinite ones 1 and NaN outputs; the others
