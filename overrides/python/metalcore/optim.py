@@ -144,16 +144,15 @@ class _Batch:
         without the DTensor, complex and MPS cases, writing each data pointer
         straight into the table. group_params: the group's parameters, for a
         batch that holds all of them in their order: each is checked to be
-        the one described and its step count the shared one (what the plan's
-        key and counts_changed check otherwise), in the same loop."""
+        the one described (what the plan's key checks otherwise), in the
+        same loop."""
         rows, words, stride = self.rows, self.tables[1].words, SLOT_WORDS
         dtype, index, size, plain = self.dtype, self.device_index, self.element_size, torch.Tensor
-        whole = group_params is not None
-        if whole and (len(group_params) != len(self.owners) or self.counter._version != self.counted):
+        owners, whole = self.owners, group_params is not None
+        if whole and len(group_params) != len(owners):
             return False
-        owners, states, steps = self.owners, self.states, self.steps
         for i, (p, d, shape) in enumerate(zip(group_params if whole else owners, self.data, self.shapes)):
-            if whole and (p is not owners[i] or states[i]["step"] is not steps[i]):
+            if whole and p is not owners[i]:
                 return False
             g = p.grad
             if (type(g) is not plain or p.data_ptr() != d or g.dtype is not dtype or g.shape != shape or
@@ -215,8 +214,9 @@ class _Plan:
         with gradients, their data where it was, no step count changed
         elsewhere, and every gradient as described."""
         whole = self.whole
-        if whole is not None and whole.tables is not None and whole.plain:  # one loop checks it all
-            return _hyper_refused(group) == self.refused and whole._take_plain_grads(group["params"])
+        if whole is not None and whole.tables is not None and whole.plain:  # the key checked in the grads' loop
+            return (_hyper_refused(group) == self.refused and not whole.counts_changed() and
+                    whole._take_plain_grads(group["params"]))
         params = [p for p in group["params"] if p.grad is not None]
         if [id(p) for p in params] != self.key or _hyper_refused(group) != self.refused:
             return False
