@@ -315,13 +315,15 @@ func precondition(bm []float32, rows, cols int, v []float32, t *tridiag.Solver, 
 // or 1 where B still rotated by more than the tolerance in sweep MaxSweeps.
 func jacobi(bm []float32, rows, cols int, v []float32, norms []float32) int32 {
 	k, tol := cpu.K(), tolerance(rows)
-	residue := frozen(k.SumSq(bm), tol)
 	abs := func(x float32) float32 { return float32(math.Abs(float64(x))) }
 	sqrt := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 	col := func(j int) []float32 { return bm[j*rows : (j+1)*rows] }
+	var frobenius2 float64
 	for j := range cols {
 		norms[j] = k.SumSq(col(j))
+		frobenius2 += float64(norms[j])
 	}
+	residue := frozen(float32(frobenius2), tol)
 	for range MaxSweeps {
 		rotated := false
 		for p := 0; p < cols-1; p++ {
