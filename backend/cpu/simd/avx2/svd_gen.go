@@ -108,11 +108,34 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 const maxSVDCols = 256
 
 // rotateSmall rotates the vectors at m[i:] and m[j:] in svdLanes' form
-// (ns, ntau: -s, -tau), and returns the new vectors.
+// (turnSmall), and returns the new vectors.
 func rotateSmall(m []float32, i, j int, s, ns, tau, ntau vf) (x, y vf) {
-	x0, y0 := load(m, i), load(m, j)
-	x, y = ns.MulAdd(tau.MulAdd(x0, y0), x0), s.MulAdd(ntau.MulAdd(y0, x0), y0)
+	x, y = turnSmall(load(m, i), load(m, j), s, ns, tau, ntau)
 	store(x, m, i)
 	store(y, m, j)
 	return x, y
+}
+
+// turnSmall is the rotation (c x - s y, s x + c y) from s and tau = s / (1
+// + c) (ns, ntau: -s, -tau): x - s (y + tau x), y + s (x - tau y).
+func turnSmall(x, y, s, ns, tau, ntau vf) (vf, vf) {
+	return ns.MulAdd(tau.MulAdd(x, y), x), s.MulAdd(ntau.MulAdd(y, x), y)
+}
+
+// jacobiRot is simd.Table.JacobiRot: one matrix's columns in svdLanes' form.
+func jacobiRot(x, y []float32, s, tau float32) {
+	sv, nsv, tv, ntv := splat(s), splat(-s), splat(tau), splat(-tau)
+	y = y[:len(x)]
+	n := full(len(x))
+	for i := 0; i < n; i += W {
+		a, b := turnSmall(load(x, i), load(y, i), sv, nsv, tv, ntv)
+		store(a, x, i)
+		store(b, y, i)
+	}
+	if n < len(x) {
+		a, b := turnSmall(loadPart(x[n:]), loadPart(y[n:]), sv, nsv, tv, ntv)
+		storePart(a, x[n:])
+		storePart(b, y[n:])
+	}
+	archsimd.ClearAVXUpperBits()
 }

@@ -94,35 +94,20 @@ func rot(x, y []float32, c, s float32) {
 	y = y[:len(x)]
 	n := full(len(x))
 	for i := 0; i < n; i += W {
-		a, b := load(x, i), load(y, i)
-		store(cv.Mul(a).Sub(sv.Mul(b)), x, i)
-		store(sv.MulAdd(a, cv.Mul(b)), y, i)
+		a, b := turn(load(x, i), load(y, i), cv, sv)
+		store(a, x, i)
+		store(b, y, i)
 	}
 	if n < len(x) {
-		a, b := loadPart(x[n:]), loadPart(y[n:])
-		storePart(cv.Mul(a).Sub(sv.Mul(b)), x[n:])
-		storePart(sv.MulAdd(a, cv.Mul(b)), y[n:])
+		a, b := turn(loadPart(x[n:]), loadPart(y[n:]), cv, sv)
+		storePart(a, x[n:])
+		storePart(b, y[n:])
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
-// jacobiRot is simd.Table.JacobiRot.
-func jacobiRot(x, y []float32, s, tau float32) {
-	sv, tv := splat(s), splat(tau)
-	y = y[:len(x)]
-	n := full(len(x))
-	for i := 0; i < n; i += W {
-		a, b := load(x, i), load(y, i)
-		store(a.Sub(sv.Mul(tv.MulAdd(a, b))), x, i)
-		store(sv.MulAdd(a.Sub(tv.Mul(b)), b), y, i)
-	}
-	if n < len(x) {
-		a, b := loadPart(x[n:]), loadPart(y[n:])
-		storePart(a.Sub(sv.Mul(tv.MulAdd(a, b))), x[n:])
-		storePart(sv.MulAdd(a.Sub(tv.Mul(b)), b), y[n:])
-	}
-	archsimd.ClearAVXUpperBits()
-}
+// turn is the rotation (c x - s y, s x + c y).
+func turn(x, y, c, s vf) (vf, vf) { return c.Mul(x).Sub(s.Mul(y)), s.MulAdd(x, c.Mul(y)) }
 
 // symMV is simd.Table.SymMV: row j of the triangle adds its dot product
 // with x to y[j] and itself times x[j] to y's later elements, one pass.
@@ -165,7 +150,7 @@ func symRank2(a []float32, ld, n int, x, y []float32) {
 
 // rotate sets (x, y) = (c x - s y, s x + c y) for the vectors at s[i:] and s[j:].
 func rotate(m []float32, i, j int, c, s vf) {
-	x, y := load(m, i), load(m, j)
-	store(c.Mul(x).Sub(s.Mul(y)), m, i)
-	store(s.MulAdd(x, c.Mul(y)), m, j)
+	x, y := turn(load(m, i), load(m, j), c, s)
+	store(x, m, i)
+	store(y, m, j)
 }
