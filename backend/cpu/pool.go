@@ -120,8 +120,17 @@ func CallScratch() (s *Scratch, release func()) {
 	return s, s.done
 }
 
-// Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), each piece
-// at least grain long where n allows, and returns when all are done.
+// Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), of about
+// equal length, at most Threads() of them and no more than n/grain rounded
+// up, and returns when all are done.
+//
+// The pieces are claimed, not assigned: the caller and the goroutines it
+// starts each take the next unclaimed piece until none is left, so the
+// caller never waits for a worker that has not started. Under a host whose
+// own threads keep the cores busy (OpenMP's spin after each of PyTorch's
+// parallel ops), a woken worker can wait milliseconds for a core; the
+// caller then does its pieces itself, and at worst the call costs what one
+// thread costs.
 func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 	if n <= 0 {
 		return
@@ -131,20 +140,27 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 		run(0, n, fn)
 		return
 	}
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[any] // a worker's panic, raised again in the caller
-	for p := 1; p < pieces; p++ {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			defer catch(&failed)
-			run(lo, hi, fn)
-		}(p*n/pieces, (p+1)*n/pieces)
+	var (
+		next   atomic.Int64 // the next piece to claim
+		wg     sync.WaitGroup
+		failed atomic.Pointer[any] // a worker's panic, raised again in the caller
+	)
+	wg.Add(pieces) // one Done per piece, whoever runs it
+	claim := func() {
+		s := scratchPool.Get().(*Scratch)
+		defer s.done()
+		for p := int(next.Add(1) - 1); p < pieces; p = int(next.Add(1) - 1) {
+			func() {
+				defer wg.Done()
+				defer catch(&failed)
+				fn(p*n/pieces, (p+1)*n/pieces, s)
+			}()
+		}
 	}
-	func() {
-		defer catch(&failed)
-		run(0, n/pieces, fn)
-	}()
+	for range pieces - 1 {
+		go claim()
+	}
+	claim()
 	wg.Wait()
 	if p := failed.Load(); p != nil {
 		panic(*p)

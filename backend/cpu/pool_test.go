@@ -3,6 +3,7 @@ package cpu
 import (
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,4 +62,29 @@ func TestScratchOutOfMemoryIsAnError(t *testing.T) {
 	require.NotNil(t, s.mapped[1])
 	release()
 	require.Nil(t, s.mapped[1])
+}
+
+// Parallel covers [0, n) exactly once, in no more pieces than threads and
+// than n/grain rounded up, at every thread count.
+func TestParallelCoversOnce(t *testing.T) {
+	defer SetThreads(SetThreads(1))
+	for _, threads := range []int{1, 2, 3, 8, 64} {
+		SetThreads(threads)
+		for _, n := range []int{1, 2, 7, 100, 1000, 4097} {
+			for _, grain := range []int{1, 3, 64, 5000} {
+				seen := make([]atomic.Int32, n)
+				var pieces atomic.Int32
+				Parallel(n, grain, func(lo, hi int, _ *Scratch) {
+					pieces.Add(1)
+					for i := lo; i < hi; i++ {
+						seen[i].Add(1)
+					}
+				})
+				for i := range seen {
+					require.Equal(t, int32(1), seen[i].Load(), "threads %d n %d grain %d index %d", threads, n, grain, i)
+				}
+				require.LessOrEqual(t, int(pieces.Load()), min(threads, (n+grain-1)/grain), "threads %d n %d grain %d", threads, n, grain)
+			}
+		}
+	}
 }
