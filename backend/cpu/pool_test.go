@@ -3,6 +3,7 @@ package cpu
 import (
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -87,4 +88,53 @@ func TestParallelCoversOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Calls at once from several goroutines, and calls inside a piece, each
+// cover their range exactly once.
+func TestParallelConcurrentAndNested(t *testing.T) {
+	defer SetThreads(SetThreads(4))
+	var wg sync.WaitGroup
+	for c := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rep := range 50 {
+				n := 97 + 13*c + rep
+				seen := make([]atomic.Int32, n*3)
+				Parallel(n, 5, func(lo, hi int, _ *Scratch) {
+					for i := lo; i < hi; i++ {
+						Parallel(3, 1, func(a, b int, _ *Scratch) {
+							for k := a; k < b; k++ {
+								seen[3*i+k].Add(1)
+							}
+						})
+					}
+				})
+				for i := range seen {
+					if seen[i].Load() != 1 {
+						t.Errorf("caller %d rep %d: index %d seen %d times", c, rep, i, seen[i].Load())
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A panic in a piece reaches the caller, and the next call still runs
+// every piece.
+func TestParallelPanicThenAgain(t *testing.T) {
+	defer SetThreads(SetThreads(4))
+	require.PanicsWithValue(t, "piece 2", func() {
+		Parallel(4, 1, func(lo, _ int, _ *Scratch) {
+			if lo == 2 {
+				panic("piece 2")
+			}
+		})
+	})
+	var count atomic.Int32
+	Parallel(4, 1, func(lo, hi int, _ *Scratch) { count.Add(int32(hi - lo)) })
+	require.Equal(t, int32(4), count.Load())
 }
