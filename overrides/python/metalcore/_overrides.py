@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _lib, _ops, linalg
-from .functional import (admit_gelu, admit_norm, admit_softmax, last_dim_only, normalized, upcasts,
-                         weights_misfit)
+from .functional import (admit_gelu, admit_norm, admit_softmax, forms_misfit, last_dim_only, normalized,
+                         upcasts)
 
 # Where each op is on by default: a device type (every dtype) or
 # "device/dtype". Chosen through the public API against PyTorch at equal
@@ -103,7 +103,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     why = _off("rms_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
         why, forms = admit_norm(input, eps_, weight)
-        why = why or weights_misfit(input, weight)
+        why = why or forms_misfit(forms, input, weight)
         if why is None:
             return _ops.rms_norm(input, weight, float(eps_), forms)
     return _fall_back("rms_norm", why, input, normalized_shape, weight, eps)
@@ -113,7 +113,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     why = _off("layer_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
         why, forms = admit_norm(input, eps, weight, bias)
-        why = why or weights_misfit(input, weight, bias)
+        why = why or forms_misfit(forms, input, weight, bias)
         if why is None:
             return _ops.layer_norm(input, weight, bias, float(eps), forms)
     return _fall_back("layer_norm", why, input, normalized_shape, weight, bias, eps)

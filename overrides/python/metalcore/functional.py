@@ -12,6 +12,8 @@ from . import _backward, _dist, _lib, _ops
 
 def normalized(normalized_shape):
     """A normalized_shape (an int or a sequence) as a tuple."""
+    if type(normalized_shape) is tuple:  # the common case, without the ABC's check
+        return normalized_shape
     if isinstance(normalized_shape, numbers.Integral):
         return (int(normalized_shape),)
     return tuple(normalized_shape)
@@ -60,6 +62,21 @@ def weights_misfit(x, *params):
         if p is not None and (p.dim() != 1 or p.shape[0] != n):
             return f"a weight or bias of shape {list(p.shape)} for rows of {n}"
     return None
+
+
+_MISFIT = ("weights_misfit",)  # its answer's entry in a Forms' plans
+
+
+def forms_misfit(forms, x, *params):
+    """weights_misfit for tensors _lib.admit took, asked once per their
+    Forms (the shapes it reads are part of the forms; None, as under
+    torch.compile: asked every call)."""
+    if forms is None:
+        return weights_misfit(x, *params)
+    plans = forms.plans
+    if _MISFIT not in plans:
+        plans[_MISFIT] = weights_misfit(x, *params)
+    return plans[_MISFIT]
 
 
 def rms_norm(x, weight=None, eps=1e-6):

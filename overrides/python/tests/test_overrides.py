@@ -73,6 +73,30 @@ def test_errors_are_pytorchs():
         ORIGINALS["softmax"](torch.randn(2, 3), dim=5)
 
 
+@pytest.mark.parametrize("weight_rows", [5, 4])
+def test_weight_fit_is_asked_per_form(weight_rows):
+    """The overrides remember whether a weight fits with the tensors' forms:
+    after fitting calls a misfit weight still falls back every time (and
+    PyTorch raises), and after misfit calls a fitting one is metalcore's."""
+    metalcore.enable_pytorch_overrides(ops=["layer_norm", "rms_norm"])
+    try:
+        metalcore.reset_fallback_counts()
+        metalcore.reset_call_counts()
+        x = torch.randn(2, 4)
+        first, then = (torch.randn(weight_rows), torch.randn(9 - weight_rows))
+        for w in (first, first, then, then):
+            if w.shape[0] == 4:
+                ref = ORIGINALS["layer_norm"](x, (4,), w, torch.zeros(4))
+                torch.testing.assert_close(F.layer_norm(x, (4,), w, torch.zeros(4)), ref)
+            else:
+                with pytest.raises(RuntimeError):
+                    F.layer_norm(x, (4,), w, torch.zeros(4))
+        assert metalcore.fallback_counts()["layer_norm"] == {"a weight or bias of shape [5] for rows of 4": 2}
+        assert metalcore.call_counts()["layernorm_fwd"] == 2
+    finally:
+        metalcore.disable_pytorch_overrides()
+
+
 class Tiny(torch.nn.Module):
     """embedding -> RMSNorm -> Linear -> GELU -> softmax attention -> logits"""
 
