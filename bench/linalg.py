@@ -71,6 +71,15 @@ def row(name, shape, theirs, ours, error, device, rounds):
           f"{error(theirs()):.1e} | {error(ours()):.1e} |")
 
 
+def decomposition_rounds(device, batch, n, rounds):
+    """Timed calls for eigh or svd of a batch of order n: more for a single
+    CPU matrix (a short call), a few on CUDA beyond order 32, where PyTorch
+    loops over the batch."""
+    if device == "cpu":
+        return 50 if batch == 1 else rounds
+    return rounds if n <= 32 else 3
+
+
 def pytorch_time(fn, device, rounds):
     """PyTorch's time and its thread count: on the CPU the faster of one
     thread and metalcore's count."""
@@ -120,14 +129,13 @@ def main():
             gen = torch.Generator().manual_seed(n)
             b = torch.randn(batch, n, n, generator=gen)
             a = (b + b.mT).to(device)
-            # PyTorch's batched CUDA eigh beyond n = 32 loops over the batch: a few calls are enough there
-            r = (50 if batch == 1 else rounds) if device == "cpu" else rounds if n <= 32 else 3
+            r = decomposition_rounds(device, batch, n, rounds)
             row("eigh", f"{batch} x {n} x {n}", lambda: torch.linalg.eigh(a), lambda: metalcore.linalg.eigh(a),
                 lambda r: decomposition(r[0], r[1], a), device, r)
         for batch, m, n in SVD[device]:
             gen = torch.Generator().manual_seed(m + n)
             a = torch.randn(batch, m, n, generator=gen).to(device)
-            r = (50 if batch == 1 else rounds) if device == "cpu" else rounds if max(m, n) <= 32 else 3
+            r = decomposition_rounds(device, batch, max(m, n), rounds)
             row("svd", f"{batch} x {m} x {n}", lambda: torch.linalg.svd(a, full_matrices=False),
                 lambda: metalcore.linalg.svd(a), lambda r: singular(r[0], r[1], r[2], a), device, r)
         print()
