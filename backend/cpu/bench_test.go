@@ -61,3 +61,42 @@ func BenchmarkPanelProducts(b *testing.B) {
 		})
 	}
 }
+
+// Interleave and Deinterleave of one lanes group of 32 x 32 matrices in L2,
+// per implementation with LaneMoves, against the eight-at-a-time loop they
+// replace for the ISA's width.
+func BenchmarkLaneMoves(b *testing.B) {
+	const elems = 32 * 32
+	for _, k := range tables {
+		if k.Interleave == nil {
+			continue
+		}
+		mats := make([][]float32, k.Lanes)
+		for l := range mats {
+			mats[l] = make([]float32, elems)
+		}
+		a := make([]float32, elems*k.Lanes)
+		cases := map[string]func(){
+			"Interleave":   func() { k.Interleave(a, mats, elems) },
+			"Deinterleave": func() { k.Deinterleave(mats, a, elems) },
+			"interleave8": func() {
+				for g := 0; g < k.Lanes; g += 8 {
+					interleave8(a, k.Lanes, g, (*[8][]float32)(mats[g:g+8]), elems)
+				}
+			},
+			"deinterleave8": func() {
+				for g := 0; g < k.Lanes; g += 8 {
+					deinterleave8((*[8][]float32)(mats[g:g+8]), a, k.Lanes, g, elems)
+				}
+			},
+		}
+		for name, f := range cases {
+			b.Run(k.Name+"/"+name, func(b *testing.B) {
+				b.SetBytes(int64(len(a)) * 4)
+				for b.Loop() {
+					f()
+				}
+			})
+		}
+	}
+}

@@ -23,9 +23,14 @@ func Eye(buf []float32, m, cols, ld int) []float32 {
 	return buf
 }
 
-// Interleave sets a[e*len(mats)+l] = mats[l][e] for e < elems.
+// Interleave sets a[e*len(mats)+l] = mats[l][e] for e < elems: by the
+// ISA's block transposition for its own width.
 func Interleave(a []float32, mats [][]float32, elems int) {
 	lanes := len(mats)
+	if k := K(); k.Interleave != nil && lanes == k.Lanes {
+		k.Interleave(a, mats, elems)
+		return
+	}
 	if lanes%8 == 0 { // AVX2's and AVX-512's widths: eight lanes at a time
 		for g := 0; g < lanes; g += 8 {
 			interleave8(a, lanes, g, (*[8][]float32)(mats[g:g+8]), elems)
@@ -59,6 +64,10 @@ func interleave8(a []float32, lanes, off int, m *[8][]float32, elems int) {
 // Deinterleave sets mats[l][e] = a[e*lanes+l] for e < elems (mats may be
 // fewer than a's lanes).
 func Deinterleave(mats [][]float32, a []float32, elems, lanes int) {
+	if k := K(); k.Deinterleave != nil && len(mats) == lanes && lanes == k.Lanes {
+		k.Deinterleave(mats, a, elems)
+		return
+	}
 	g := 0
 	if lanes%8 == 0 {
 		for ; g+8 <= len(mats); g += 8 {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,5 +37,49 @@ func TestInterleave(t *testing.T) {
 				require.Equal(t, mats[:count], out, fmt.Sprintf("lanes %d elems %d count %d", lanes, elems, count))
 			}
 		}
+	}
+}
+
+// Every ISA's block transposition moves each element where the definition
+// puts it, for element counts around its block, into poisoned outputs.
+func TestLaneMoves(t *testing.T) {
+	tested := 0
+	for _, k := range allTables(t) {
+		if k.Interleave == nil {
+			continue
+		}
+		tested++
+		lanes := k.Lanes
+		for _, elems := range []int{1, lanes - 1, lanes, lanes + 1, 3*lanes + 5, 1024} {
+			mats := make([][]float32, lanes)
+			for l := range mats {
+				mats[l] = make([]float32, elems)
+				for e := range mats[l] {
+					mats[l][e] = float32(l*10000 + e)
+				}
+			}
+			a := make([]float32, elems*lanes)
+			for i := range a {
+				a[i] = float32(math.NaN())
+			}
+			k.Interleave(a, mats, elems)
+			for e := range elems {
+				for l := range lanes {
+					require.Equal(t, float32(l*10000+e), a[e*lanes+l], "%s elems %d", k.Name, elems)
+				}
+			}
+			out := make([][]float32, lanes)
+			for l := range out {
+				out[l] = make([]float32, elems)
+				for e := range out[l] {
+					out[l][e] = -1
+				}
+			}
+			k.Deinterleave(out, a, elems)
+			require.Equal(t, mats, out, "%s elems %d", k.Name, elems)
+		}
+	}
+	if len(isaTables()) > 0 {
+		require.Positive(t, tested, "an ISA table without LaneMoves")
 	}
 }

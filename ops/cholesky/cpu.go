@@ -22,12 +22,11 @@ const maxLaneOrder = 128
 
 // Scratch buffer slots: the matrices being factored (a's float32 copies,
 // where 16-bit), the identity that pads a batch's last group, the
-// interleaved matrices and their reciprocal diagonals.
+// interleaved matrices.
 const (
 	bufW = iota
 	bufEye
 	bufLanes
-	bufInv
 )
 
 func choleskyCPU(s shapes, av, lv, iv *core.View, _ unsafe.Pointer) error {
@@ -74,7 +73,7 @@ func factorLanes(s shapes, first, lanes int, av, lv *core.View, infos []int32, s
 		transposeLanes(a, n, lanes)
 	}
 	var info [cpu.MaxLanes]int32
-	cpu.K().CholeskyLanes(a, n, sc.Buf(bufInv, n*lanes), info[:lanes])
+	cpu.K().CholeskyLanes(a, n, info[:lanes])
 	for i := range n {
 		clear(a[(i*n+i+1)*lanes : (i+1)*n*lanes])
 	}

@@ -21,6 +21,7 @@ type Table struct {
 	Activations
 	AdamWStep
 	QRKernels
+	LaneMoves
 	CholeskyKernels
 	SolveKernels
 	EighKernels
@@ -103,16 +104,26 @@ type QRKernels struct {
 	QRLanes func(a []float32, m, n int, q []float32, qCols int, scratch []float32)
 }
 
+// LaneMoves put Lanes matrices into the interleaved form the lanes kernels
+// work on (element e of matrix l at a[e*Lanes+l]) and take them out of it,
+// a Lanes x Lanes block at a time transposed in registers. len(mats) must
+// be Lanes. Nil in the portable table.
+type LaneMoves struct {
+	// Interleave sets a[e*Lanes+l] = mats[l][e] for e < elems.
+	Interleave func(a []float32, mats [][]float32, elems int)
+	// Deinterleave sets mats[l][e] = a[e*Lanes+l] for e < elems.
+	Deinterleave func(mats [][]float32, a []float32, elems int)
+}
+
 // CholeskyKernels are batched Cholesky's primitive.
 type CholeskyKernels struct {
 	// CholeskyLanes factors Lanes n x n matrices at once, one per lane, in
 	// place: a interleaved (element e of matrix l at a[e*Lanes+l]), its
-	// lower triangle read and overwritten by the factor; invDiag holds
-	// n*Lanes floats of scratch. info[l] (Lanes of them) gets LAPACK's info
-	// for lane l: 0, or the order of the first leading minor that is not
-	// positive-definite (or is NaN); past it that lane's factor is
-	// unspecified. Nil in the portable table.
-	CholeskyLanes func(a []float32, n int, invDiag []float32, info []int32)
+	// lower triangle read and overwritten by the factor. info[l] (Lanes of
+	// them) gets LAPACK's info for lane l: 0, or the order of the first
+	// leading minor that is not positive-definite (or is NaN); past it that
+	// lane's factor is unspecified. Nil in the portable table.
+	CholeskyLanes func(a []float32, n int, info []int32)
 }
 
 // SolveKernels are batched linear systems' primitive.

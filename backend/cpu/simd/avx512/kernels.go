@@ -41,6 +41,7 @@ var Table = simd.Table{
 	QRKernels: simd.QRKernels{
 		Axpy: axpy, Reflect: reflect, VtC: vtc, AddVW: addVW, PanelRows: panelRows, Lanes: W, QRLanes: qrLanes,
 	},
+	LaneMoves:       simd.LaneMoves{Interleave: interleave, Deinterleave: deinterleave},
 	CholeskyKernels: simd.CholeskyKernels{CholeskyLanes: choleskyLanes},
 	SolveKernels:    simd.SolveKernels{SolveLanes: solveLanes},
 	EighKernels:     simd.EighKernels{EighLanes: eighLanes, Rot: rot, SymMV: symMV, SymRank2: symRank2},
