@@ -9,8 +9,9 @@ import "simd/archsimd"
 // choleskyLanes is simd.Table.CholeskyLanes: column by column
 // (Cholesky–Crout), every operation on W matrices at once; each entry a
 // dot product of two rows' prefixes. A column's entries below the diagonal
-// depend only on earlier columns, so their dot products overlap; row by
-// row, each waited for the one before it (1.6x slower at order 32).
+// depend only on earlier columns, so their dot products overlap (row by
+// row, each waited for the one before it), four rows at a time against one
+// load of the diagonal's row (rowDots4).
 func choleskyLanes(a []float32, n int, info []int32) {
 	info = info[:W]
 	clear(info)
