@@ -59,10 +59,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 		for p := 0; p < cols-1; p++ {
 			for q := p + 1; q < cols; q++ {
 				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
-				var gamma vf
-				for i := 0; i < col; i += W {
-					gamma = load(xs, i).MulAdd(load(ys, i), gamma)
-				}
+				gamma := colDot(xs, ys)
 				alpha, beta := load(norms[:], p*W), load(norms[:], q*W)
 				// (x·y)² > tol² ‖x‖² ‖y‖², neither column residue (no square
 				// root; residue's floor keeps the product clear of underflow)
@@ -82,16 +79,11 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				rotated |= uint64(abs(s).Greater(tolv).ToBits()) // smaller ones still rotate, and end the sweeps
 				tau := s.Div(one.Add(c))
 				ns, ntau := zero().Sub(s), zero().Sub(tau)
-				var ax, ay vf // the new norms (a lane that does not turn keeps its columns)
-				for i := 0; i < col; i += W {
-					x, y := rotateSmall(b, p*col+i, q*col+i, s, ns, tau, ntau)
-					ax, ay = x.MulAdd(x, ax), y.MulAdd(y, ay)
-				}
+				// the new norms (a lane that does not turn keeps its columns)
+				ax, ay := turnCols(xs, ys, s, ns, tau, ntau)
 				store(ax, norms[:], p*W)
 				store(ay, norms[:], q*W)
-				for i := 0; i < vcol; i += W {
-					rotateSmall(v, p*vcol+i, q*vcol+i, s, ns, tau, ntau)
-				}
+				turnCols(v[p*vcol:(p+1)*vcol], v[q*vcol:(q+1)*vcol], s, ns, tau, ntau)
 			}
 		}
 		if rotated == 0 {
@@ -107,13 +99,46 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 // maxSVDCols bounds svdLanes' columns (its norms live on the stack).
 const maxSVDCols = 256
 
-// rotateSmall rotates the vectors at m[i:] and m[j:] in svdLanes' form
-// (turnSmall), and returns the new vectors.
-func rotateSmall(m []float32, i, j int, s, ns, tau, ntau vf) (x, y vf) {
-	x, y = turnSmall(load(m, i), load(m, j), s, ns, tau, ntau)
-	store(x, m, i)
-	store(y, m, j)
-	return x, y
+// colDot is Σ x[i:i+W] * y[i:i+W], lane by lane, over two accumulators
+// (len(x) a multiple of W). svdLanes' column loops are functions of their
+// own: inside it, their counters and slices spilled to the stack.
+func colDot(x, y []float32) vf {
+	y = y[:len(x)]
+	var s0, s1 vf
+	i := 0
+	for ; i+2*W <= len(x); i += 2 * W {
+		s0 = load(x, i).MulAdd(load(y, i), s0)
+		s1 = load(x, i+W).MulAdd(load(y, i+W), s1)
+	}
+	if i < len(x) {
+		s0 = load(x, i).MulAdd(load(y, i), s0)
+	}
+	return s0.Add(s1)
+}
+
+// turnCols rotates the columns x and y in svdLanes' form (turnSmall) and
+// returns their new squared norms, lane by lane (len(x) a multiple of W).
+func turnCols(x, y []float32, s, ns, tau, ntau vf) (ax, ay vf) {
+	y = y[:len(x)]
+	var bx, by vf
+	i := 0
+	for ; i+2*W <= len(x); i += 2 * W {
+		x0, y0 := turnSmall(load(x, i), load(y, i), s, ns, tau, ntau)
+		x1, y1 := turnSmall(load(x, i+W), load(y, i+W), s, ns, tau, ntau)
+		store(x0, x, i)
+		store(y0, y, i)
+		store(x1, x, i+W)
+		store(y1, y, i+W)
+		ax, ay = x0.MulAdd(x0, ax), y0.MulAdd(y0, ay)
+		bx, by = x1.MulAdd(x1, bx), y1.MulAdd(y1, by)
+	}
+	if i < len(x) {
+		x0, y0 := turnSmall(load(x, i), load(y, i), s, ns, tau, ntau)
+		store(x0, x, i)
+		store(y0, y, i)
+		ax, ay = x0.MulAdd(x0, ax), y0.MulAdd(y0, ay)
+	}
+	return ax.Add(bx), ay.Add(by)
 }
 
 // turnSmall is the rotation (c x - s y, s x + c y) from s and tau = s / (1
