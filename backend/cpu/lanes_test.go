@@ -14,18 +14,12 @@ import (
 func TestInterleave(t *testing.T) {
 	for _, lanes := range []int{4, 8, 16} {
 		for _, elems := range []int{1, 63, 64, 200} {
-			mats := make([][]float32, lanes)
-			for l := range mats {
-				mats[l] = make([]float32, elems)
-				for e := range mats[l] {
-					mats[l][e] = float32(l*1000 + e)
-				}
-			}
+			mats := numbered(lanes, elems)
 			a := make([]float32, elems*lanes)
 			Interleave(a, mats, elems)
 			for e := range elems {
 				for l := range lanes {
-					require.Equal(t, float32(l*1000+e), a[e*lanes+l], "lanes %d elems %d", lanes, elems)
+					require.Equal(t, float32(l*10000+e), a[e*lanes+l], "lanes %d elems %d", lanes, elems)
 				}
 			}
 			for _, count := range []int{lanes, lanes - 3} {
@@ -51,13 +45,7 @@ func TestLaneMoves(t *testing.T) {
 		tested++
 		lanes := k.Lanes
 		for _, elems := range []int{1, lanes - 1, lanes, lanes + 1, 3*lanes + 5, 1024} {
-			mats := make([][]float32, lanes)
-			for l := range mats {
-				mats[l] = make([]float32, elems)
-				for e := range mats[l] {
-					mats[l][e] = float32(l*10000 + e)
-				}
-			}
+			mats := numbered(lanes, elems)
 			a := make([]float32, elems*lanes)
 			for i := range a {
 				a[i] = float32(math.NaN())
@@ -82,4 +70,17 @@ func TestLaneMoves(t *testing.T) {
 	if len(isaTables()) > 0 {
 		require.Positive(t, tested, "an ISA table without LaneMoves")
 	}
+}
+
+// numbered is lanes matrices of elems elements, element e of matrix l
+// being l*10000 + e.
+func numbered(lanes, elems int) [][]float32 {
+	mats := make([][]float32, lanes)
+	for l := range mats {
+		mats[l] = make([]float32, elems)
+		for e := range mats[l] {
+			mats[l][e] = float32(l*10000 + e)
+		}
+	}
+	return mats
 }

@@ -6,47 +6,41 @@ package avx2
 
 import "simd/archsimd"
 
-// interleave is simd.Table.Interleave: W elements of every matrix at a
-// time, transposed into W interleaved elements (transposeRows); the last
-// elems%W one at a time.
-func interleave(a []float32, mats [][]float32, elems int) {
+// interleave is simd.Table.Interleave.
+func interleave(a []float32, mats [][]float32, elems int) { moveLanes(a, mats, elems, true) }
+
+// deinterleave is simd.Table.Deinterleave.
+func deinterleave(mats [][]float32, a []float32, elems int) { moveLanes(a, mats, elems, false) }
+
+// moveLanes copies W matrices into their interleaved form a (in), or out
+// of it: W elements of every matrix at a time are W interleaved elements
+// transposed (transposeRows, its own inverse); the last elems%W one at a
+// time.
+func moveLanes(a []float32, mats [][]float32, elems int, in bool) {
 	m := (*[W][]float32)(mats)
 	// declared outside the loop: Go zeroes them with SSE stores, slow
 	// while vector registers' upper halves are in use
-	var src, dst [W]*[W]float32
+	var rows, lanes [W]*[W]float32 // W elements of each matrix; W interleaved elements
 	var t [W]vf
 	e := 0
 	for ; e+W <= elems; e += W {
 		for i := range W {
-			src[i], dst[i] = (*[W]float32)(m[i][e:e+W]), (*[W]float32)(a[(e+i)*W:(e+i+1)*W])
+			rows[i], lanes[i] = (*[W]float32)(m[i][e:e+W]), (*[W]float32)(a[(e+i)*W:(e+i+1)*W])
 		}
-		transposeRows(&dst, &src, &t)
+		if in {
+			transposeRows(&lanes, &rows, &t)
+		} else {
+			transposeRows(&rows, &lanes, &t)
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; e < elems; e++ {
 		for l := range W {
-			a[e*W+l] = m[l][e]
-		}
-	}
-}
-
-// deinterleave is simd.Table.Deinterleave, interleave's inverse (the
-// transposition is its own).
-func deinterleave(mats [][]float32, a []float32, elems int) {
-	m := (*[W][]float32)(mats)
-	var src, dst [W]*[W]float32
-	var t [W]vf
-	e := 0
-	for ; e+W <= elems; e += W {
-		for i := range W {
-			src[i], dst[i] = (*[W]float32)(a[(e+i)*W:(e+i+1)*W]), (*[W]float32)(m[i][e:e+W])
-		}
-		transposeRows(&dst, &src, &t)
-	}
-	archsimd.ClearAVXUpperBits()
-	for ; e < elems; e++ {
-		for l := range W {
-			m[l][e] = a[e*W+l]
+			if in {
+				a[e*W+l] = m[l][e]
+			} else {
+				m[l][e] = a[e*W+l]
+			}
 		}
 	}
 }
