@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"metalcore/backend/cpu"
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 	"metalcore/ops/internal/tridiag"
 )
@@ -312,9 +313,11 @@ func precondition(bm []float32, rows, cols int, v []float32, t *tridiag.Solver, 
 // bm[j*rows:]), applied to v too (cols x cols, column j at v[j*cols:]: the
 // identity or precondition's V0); norms is cols floats of scratch (the
 // columns' squared norms, formed again after each rotation). It returns 0,
-// or 1 where B still rotated by more than the tolerance in sweep MaxSweeps.
+// or 1 where B still rotated by more than the tolerance and
+// simd.SVDStopSin in sweep MaxSweeps.
 func jacobi(bm []float32, rows, cols int, v []float32, norms []float32) int32 {
 	k, tol := cpu.K(), tolerance(rows)
+	stop := max(tol, simd.SVDStopSin)
 	abs := func(x float32) float32 { return float32(math.Abs(float64(x))) }
 	sqrt := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 	col := func(j int) []float32 { return bm[j*rows : (j+1)*rows] }
@@ -345,7 +348,7 @@ func jacobi(bm []float32, rows, cols int, v []float32, norms []float32) int32 {
 				c := 1 / sqrt(t*t+1)
 				s := t * c
 				tau := s / (1 + c)
-				rotated = rotated || abs(s) > tol // smaller ones still rotate, and end the sweeps
+				rotated = rotated || abs(s) > stop // smaller ones still rotate, and end the sweeps
 				k.JacobiRot(x, y, s, tau)
 				k.JacobiRot(v[p*cols:(p+1)*cols], v[q*cols:(q+1)*cols], s, tau)
 				// from the new entries: alpha - t gamma cancels for nearly

@@ -9,8 +9,9 @@
 // (svd_warp16, svd_warp: several a block), lane j holding column j of B
 // and of V in registers, a pair's lanes trading theirs by shuffles; above,
 // a block per matrix (svd), B and V in shared memory by columns (column j
-// at B[j * rows]), a warp per pair. The sweeps end once one rotates
-// nothing. The singular values are B's column norms, ranked descending
+// at B[j * rows]), a warp per pair. The sweeps end after one whose
+// rotations all had sines at most SVD_STOP_SIN (simd.SVDStopSin, 2^-12:
+// convergence is quadratic) and the tolerance. The singular values are B's column norms, ranked descending
 // (ties by index); B's normalized columns (a zero or residue one replaced
 // by a unit vector orthogonal to the rest) and V's are the singular
 // vectors, U's and Vh's as the matrix is tall or wide.
@@ -24,6 +25,7 @@ MC_DEVICE int svd_floats(int rows, int cols, bool vectors) {
 }
 
 #define SVD_TOLERANCE 5.9604645e-8f  // times √rows: ops/svd's tolerance
+#define SVD_STOP_SIN 0.000244140625f
 
 // svd_angle is the rotation that makes columns x and y orthogonal, from
 // ‖x‖² = ax, ‖y‖² = ay and x·y = g, as its sine s and tau = s / (1 + c),
@@ -169,7 +171,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
                 gamma = mc_warp_sum(gamma);
                 float s, tau;
                 if (!svd_angle(alpha, beta, gamma, tol, residue, s, tau)) continue;
-                if (fabsf(s) > tol) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
+                if (fabsf(s) > fmaxf(tol, SVD_STOP_SIN)) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
                 svd_rotate(X, Y, rows, lane, s, tau);
                 if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, s, tau);
             }
@@ -274,7 +276,7 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
             float s = 0.f, tau = 0.f;
             if (lane < cols && partner < cols)
                 svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, residue, s, tau);
-            if (fabsf(s) > tol) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
+            if (fabsf(s) > fmaxf(tol, SVD_STOP_SIN)) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
             // svd_angle's form, the lower lane's column as x: own + so (other + to own)
             float so = low ? -s : s, to = low ? tau : -tau;
 #pragma unroll

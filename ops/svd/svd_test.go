@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
 	tu "metalcore/internal/testutil"
 )
@@ -317,5 +320,18 @@ func TestSVDShapesAndRefusals(t *testing.T) {
 			}
 		}
 		require.Equal(t, before, after, "%s: something was written", k.name)
+	}
+}
+
+// The GPU kernels' sweep bound, tolerance (times √rows) and stopping sine
+// are the CPU's.
+func TestKernelConstants(t *testing.T) {
+	for name, want := range map[string]float64{"SVD_MAX_SWEEPS": MaxSweeps, "SVD_TOLERANCE": float64(tolerance(1)),
+		"SVD_STOP_SIN": simd.SVDStopSin} {
+		m := regexp.MustCompile(`#define ` + name + ` ([0-9.e-]+)f?`).FindStringSubmatch(kernels)
+		require.NotNil(t, m, "%s not defined in svd.cu", name)
+		got, err := strconv.ParseFloat(m[1], 32)
+		require.NoError(t, err)
+		require.Equal(t, float32(want), float32(got), name)
 	}
 }

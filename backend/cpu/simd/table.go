@@ -172,6 +172,14 @@ type EighKernels struct {
 // 7 instead of 8 or 9 at 32², the same errors).
 const EighStopTan = 0x1p-12
 
+// SVDStopSin ends one-sided Jacobi sweeps (SVDLanes, ops/svd's one-matrix
+// rotations and the GPU kernels' same constant), as EighStopTan ends
+// eigh's: a sweep whose rotations all had sines at most 2⁻¹² is the last
+// (convergence is quadratic: the next would rotate by about their squares,
+// float32's rounding). Below it the tolerance's own stop still holds: no
+// rotation by a sine above it ends the sweeps.
+const SVDStopSin = 0x1p-12
+
 // SVDKernels are batched singular value decomposition's primitive.
 type SVDKernels struct {
 	// SVDLanes rotates Lanes matrices' columns at once, one matrix per

@@ -5,6 +5,8 @@ package avx512
 import (
 	"math"
 	"simd/archsimd"
+
+	"metalcore/backend/cpu/simd"
 )
 
 // svdLanes is simd.Table.SVDLanes: one-sided Jacobi on W matrices at once,
@@ -15,9 +17,10 @@ import (
 // ζ = (‖y‖² - ‖x‖²) / (2 x·y), each column's ‖x‖² formed once and again
 // from the new entries of each rotation of it (an update ‖x‖² - t x·y
 // cancels where y was nearly parallel to x). A sweep takes every pair in row
-// order; the sweeps end once no lane rotated in one by a sine above tol
-// (LAPACK sgesvj's stop: smaller rotations are still applied, but one that
-// moves its columns by less than rounding would recur every sweep). Rotations are applied
+// order; the sweeps end once no lane rotated in one by a sine above tol and
+// simd.SVDStopSin (LAPACK sgesvj's stop, with quadratic convergence's:
+// smaller rotations are still applied, but one that moves its columns by
+// less than rounding would recur every sweep). Rotations are applied
 // as x' = x - s (y + tau x), y' = y + s (x - tau y), tau = s / (1 + c):
 // c x - s y with the cosine's distance from 1 kept exactly (a small
 // angle's c rounds to 1, which would grow every norm by s² a rotation).
@@ -38,7 +41,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	}
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
-	one, half, tolv, tol2 := splat(1), splat(0.5), splat(tol), splat(tol*tol)
+	one, half, stop, tol2 := splat(1), splat(0.5), splat(max(tol, simd.SVDStopSin)), splat(tol*tol)
 	var norms [maxSVDCols * W]float32 // each column's ‖x‖²
 	var frobenius2 vf
 	for j := range cols {
@@ -74,7 +77,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				}
 				c := one.Div(t.MulAdd(t, one).Sqrt())
 				s := t.Mul(c)
-				rotated |= uint64(abs(s).Greater(tolv).ToBits()) // smaller ones still rotate, and end the sweeps
+				rotated |= uint64(abs(s).Greater(stop).ToBits()) // smaller ones still rotate, and end the sweeps
 				tau := s.Div(one.Add(c))
 				ns, ntau := zero().Sub(s), zero().Sub(tau)
 				// the new norms (a lane that does not turn keeps its columns)
