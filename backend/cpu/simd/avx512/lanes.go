@@ -16,8 +16,8 @@ func deinterleave(mats [][]float32, a []float32, elems int) { moveLanes(a, mats,
 // time.
 func moveLanes(a []float32, mats [][]float32, elems int, in bool) {
 	m := (*[W][]float32)(mats)
-	// declared outside the loop: Go zeroes them with SSE stores, slow
-	// while vector registers' upper halves are in use
+	// declared outside the loop: Go zeroes an array at its declaration
+	// (16-byte stores; a vector array's next 64-byte loads waited on them)
 	var rows, lanes [W]*[W]float32 // W elements of each matrix; W interleaved elements
 	var t [W]vf
 	e := 0
