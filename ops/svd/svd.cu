@@ -147,6 +147,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
     }
     for (int e = t; vectors && e < cols * cols; e += nt) V[e] = e % (cols + 1) == 0 ? 1.f : 0.f;
     float tol = sqrtf((float)rows) * SVD_TOLERANCE, residue = 4.f * tol * tol * mc_block_sum(id, sq, scratch);
+    float stop = fmaxf(tol, SVD_STOP_SIN);
     MC_BARRIER();  // B and V stored (mc_block_sum has no barrier in a one-warp block)
     int players = 2 * ((cols + 1) / 2), pairs = players / 2;
     bool converged = !finite || cols < 2;
@@ -171,7 +172,7 @@ MC_DEVICE void svd(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a_, MC_GLO
                 gamma = mc_warp_sum(gamma);
                 float s, tau;
                 if (!svd_angle(alpha, beta, gamma, tol, residue, s, tau)) continue;
-                if (fabsf(s) > fmaxf(tol, SVD_STOP_SIN)) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
+                if (fabsf(s) > stop) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
                 svd_rotate(X, Y, rows, lane, s, tau);
                 if (vectors) svd_rotate(V + p * cols, V + q * cols, cols, lane, s, tau);
             }
@@ -254,6 +255,7 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
         sq = fmaf(col[i], col[i], sq);
     }
     float tol = sqrtf((float)rows) * SVD_TOLERANCE, residue = 4.f * tol * tol * mc_warp_sum(sq);
+    float stop = fmaxf(tol, SVD_STOP_SIN);
     int players = cols <= 16 ? 16 : 32;
     bool converged = !finite || cols < 2;
     for (int sweep = 0; sweep < SVD_MAX_SWEEPS && !converged; sweep++) {
@@ -276,7 +278,7 @@ MC_DEVICE void svd_warp_matrix(MC_IDS, MC_GROUP float* M, MC_GLOBAL const void* 
             float s = 0.f, tau = 0.f;
             if (lane < cols && partner < cols)
                 svd_angle(low ? alpha : beta, low ? beta : alpha, gamma0 + gamma1, tol, residue, s, tau);
-            if (fabsf(s) > fmaxf(tol, SVD_STOP_SIN)) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
+            if (fabsf(s) > stop) rotated = 1.f;  // smaller ones still rotate, and end the sweeps
             // svd_angle's form, the lower lane's column as x: own + so (other + to own)
             float so = low ? -s : s, to = low ? tau : -tau;
 #pragma unroll
