@@ -60,7 +60,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 		for p := 0; p < cols-1; p++ {
 			for q := p + 1; q < cols; q++ {
 				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
-				gamma := colDot(xs, ys)
+				gamma := rowDot(xs, ys, rows)
 				alpha, beta := load(norms[:], p*W), load(norms[:], q*W)
 				// (x·y)² > tol² ‖x‖² ‖y‖², neither column residue (no square
 				// root; residue's floor keeps the product clear of underflow)
@@ -100,25 +100,11 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 // maxSVDCols bounds svdLanes' columns (its norms live on the stack).
 const maxSVDCols = 256
 
-// colDot is Σ x[i:i+W] * y[i:i+W], lane by lane, over two accumulators
-// (len(x) a multiple of W). svdLanes' column loops are functions of their
-// own: inside it, their counters and slices spilled to the stack.
-func colDot(x, y []float32) vf {
-	y = y[:len(x)]
-	var s0, s1 vf
-	i := 0
-	for ; i+2*W <= len(x); i += 2 * W {
-		s0 = load(x, i).MulAdd(load(y, i), s0)
-		s1 = load(x, i+W).MulAdd(load(y, i+W), s1)
-	}
-	if i < len(x) {
-		s0 = load(x, i).MulAdd(load(y, i), s0)
-	}
-	return s0.Add(s1)
-}
-
 // turnCols rotates the columns x and y in svdLanes' form (turnSmall) and
 // returns their new squared norms, lane by lane (len(x) a multiple of W).
+// svdLanes' column loops (this, and rowDot for the columns' product) are
+// functions of their own: inside it, their counters and slices spilled to
+// the stack.
 func turnCols(x, y []float32, s, ns, tau, ntau vf) (ax, ay vf) {
 	y = y[:len(x)]
 	var bx, by vf
