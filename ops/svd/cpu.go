@@ -95,9 +95,10 @@ type matrixIO struct {
 	a, u, sv, vh cpu.Span
 }
 
-// load copies matrix b of a into bm as B (column j at bm[j*rows:]),
-// divided by its largest magnitude, which it returns: 0 for a zero matrix,
-// NaN where an entry is not finite (bm then zero).
+// load copies matrix b of a into bm as B (column j at bm[j*rows:]), times
+// the power of two 2^-e that brings its largest magnitude into [0.5, 1)
+// (exactly: a product, not a division), and returns 2^e: 0 for a zero
+// matrix, NaN where an entry is not finite (bm then zero).
 func (io matrixIO) load(b int, bm []float32, sc *cpu.Scratch) float32 {
 	m, n := io.s.m, io.s.n
 	src := io.a.At(b*m*n).Load(0, sc.Buf(bufRaw, m*n))
@@ -110,19 +111,24 @@ func (io matrixIO) load(b int, bm []float32, sc *cpu.Scratch) float32 {
 		clear(bm)
 		return float32(math.NaN())
 	}
-	div := max(float64(amax), math.SmallestNonzeroFloat64) // divided in float64: no overflow for a subnormal amax
-	if m < n {                                             // wide: B's columns are A's rows
-		for e, x := range src {
-			bm[e] = float32(float64(x) / div)
-		}
-		return amax
+	if amax == 0 {
+		clear(bm)
+		return 0
 	}
-	for i := range m {
-		for j, x := range src[i*n : (i+1)*n] {
-			bm[j*m+i] = float32(float64(x) / div)
+	_, e := math.Frexp(float64(amax))
+	scale := math.Ldexp(1, -e) // in float64: past float32's range for a subnormal amax
+	if m < n {                 // wide: B's columns are A's rows
+		for i, x := range src {
+			bm[i] = float32(float64(x) * scale)
+		}
+	} else {
+		for i := range m {
+			for j, x := range src[i*n : (i+1)*n] {
+				bm[j*m+i] = float32(float64(x) * scale)
+			}
 		}
 	}
-	return amax
+	return float32(math.Ldexp(1, e))
 }
 
 // lanes decomposes matrices [first, first+lanes) together, one per vector
@@ -153,12 +159,13 @@ func (io matrixIO) lanes(first, lanes int, infos []int32, sc *cpu.Scratch) {
 	}
 }
 
-// store writes matrix b's singular values (B's column norms times amax, in
+// store writes matrix b's singular values (B's column norms times load's
+// power of two, in
 // descending order, ties in column order) and, when wanted, its vectors: B's
 // normalized columns (completed where a norm is zero) and V's columns,
 // each on its side. It returns the info: the rotations' (converged, 0, or
 // not), or 1 for a matrix that was not finite, whose outputs are NaN.
-func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *cpu.Scratch) int32 {
+func (io matrixIO) store(b int, bm, v []float32, unit float32, info int32, sc *cpu.Scratch) int32 {
 	m, n, rows, cols := io.s.m, io.s.n, io.s.rows(), io.s.cols()
 	k := cols
 	fin := sc.Buf(bufFinish, 2*cols+rows)
@@ -176,12 +183,12 @@ func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *c
 		rank[j] = float32(r)
 	}
 	nan := float32(math.NaN())
-	if amax != amax {
+	if unit != unit {
 		info = 1
 	}
 	so := io.sv.At(b*k).Out(0, sc.Buf(bufS, k))
 	for j := range cols {
-		so[int(rank[j])] = float32(float64(sigma[j]) * float64(amax))
+		so[int(rank[j])] = float32(float64(sigma[j]) * float64(unit))
 	}
 	io.sv.At(b*k).Store(0, so)
 	if !io.s.vectors {
@@ -196,8 +203,9 @@ func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *c
 	cut := float32(math.Sqrt(float64(1.25 * frozen(frobenius2, tolerance(rows)))))
 	for j := range cols {
 		if col := bm[j*rows : (j+1)*rows]; sigma[j] > cut {
+			inv := 1 / sigma[j]
 			for i := range col {
-				col[i] /= sigma[j]
+				col[i] *= inv
 			}
 		}
 	}
@@ -213,7 +221,7 @@ func (io matrixIO) store(b int, bm, v []float32, amax float32, info int32, sc *c
 		left(bm[j*rows:(j+1)*rows], r)
 		right(v[j*cols:(j+1)*cols], r)
 	}
-	if amax != amax {
+	if unit != unit {
 		cpu.Fill(uo, nan)
 		cpu.Fill(vho, nan)
 	}

@@ -16,16 +16,23 @@ import (
 // its own: none where its columns are orthogonal to tol, else the one that
 // makes them orthogonal (ops/svd's tolerance says which are; a column
 // frozen there is not rotated), t = sign(ζ) / (|ζ| + √(1 + ζ²)) with
-// ζ = (‖y‖² - ‖x‖²) / (2 x·y), each column's ‖x‖² formed once and again
-// from the new entries of each rotation of it (an update ‖x‖² - t x·y
-// cancels where y was nearly parallel to x). A sweep takes every pair in row
-// order; the sweeps end once no lane rotated in one by a sine above tol and
+// ζ = (‖y‖² - ‖x‖²) / (2 x·y). A sweep takes every pair in row order; the
+// sweeps end once no lane rotated in one by a sine above tol and
 // simd.SVDStopSin (LAPACK sgesvj's stop, with quadratic convergence's:
 // smaller rotations are still applied, but one that moves its columns by
-// less than rounding would recur every sweep). Rotations are applied
-// as x' = x - s (y + tau x), y' = y + s (x - tau y), tau = s / (1 + c):
-// c x - s y with the cosine's distance from 1 kept exactly (a small
-// angle's c rounds to 1, which would grow every norm by s² a rotation).
+// less than rounding would recur every sweep).
+//
+// The rotations are scaled (Rutishauser's, as in Veselić and Hari's
+// one-sided Jacobi): within a sweep each column of B and of V is its
+// stored entries times a scale d of its own, and a rotation by c and s = t c
+// becomes x += -t (d_y/d_x) y, y += t (d_x/d_y) x with both scales times c:
+// one multiply-add an entry where a plain rotation takes two. The scales
+// are float32 pairs (1 - c kept exactly: a small angle's c rounds to 1,
+// which would grow every norm by s² a rotation) and are multiplied into the
+// columns after each sweep, before they could overflow. Each column's
+// squared norm (of its stored entries) is formed once and again from the
+// new entries of each rotation of it (an update ‖x‖² - t x·y cancels where
+// y was nearly parallel to x).
 func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32) {
 	info = info[:W]
 	col, vcol := rows*W, cols*W
@@ -44,51 +51,60 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
 	one, half, stop, tol2 := splat(1), splat(0.5), splat(max(tol, simd.SVDStopSin)), splat(tol*tol)
-	var norms [maxSVDCols * W]float32 // each column's ‖x‖²
-	var frobenius2 vf
+	var norms [maxSVDCols * W]float32 // each column's stored entries' ‖x‖²
+	var scales columnScales
 	for j := range cols {
-		var sq vf
-		for i := j * col; i < (j+1)*col; i += W {
-			x := load(b, i)
-			sq = x.MulAdd(x, sq)
-		}
-		store(sq, norms[:], j*W)
-		frobenius2 = frobenius2.Add(sq)
+		store(one, scales.high[:], j*W)
 	}
-	residue := frobenius2.Mul(splat(4 * tol * tol)) // ops/svd's frozen
-	var rotated uint64                              // the lanes that rotated in this sweep
+	frobenius2 := scales.fold(b, v, norms[:], rows, cols) // the norms at first
+	residue := frobenius2.Mul(splat(4 * tol * tol))       // ops/svd's frozen
+	var rotated uint64                                    // the lanes that rotated in this sweep
+	var pending rotation                                  // V's rotation still to apply
 	for range maxSweeps {
 		rotated = 0
 		for p := 0; p < cols-1; p++ {
 			for q := p + 1; q < cols; q++ {
 				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
-				gamma := rowDot(xs, ys, rows)
-				alpha, beta := load(norms[:], p*W), load(norms[:], q*W)
+				g := rowDot(xs, ys, rows)
+				nx, ny := load(norms[:], p*W), load(norms[:], q*W)
+				dx, dy := load(scales.high[:], p*W), load(scales.high[:], q*W)
+				alpha, beta := dx.Mul(dx).Mul(nx), dy.Mul(dy).Mul(ny)
 				// (x·y)² > tol² ‖x‖² ‖y‖², neither column residue (no square
-				// root; residue's floor keeps the product clear of underflow)
-				turn := gamma.Mul(gamma).Greater(tol2.Mul(alpha).Mul(beta)).And(alpha.Min(beta).Greater(residue))
+				// root; residue's floor keeps the product clear of underflow;
+				// the scales cancel in the first)
+				turn := g.Mul(g).Greater(tol2.Mul(nx).Mul(ny)).And(alpha.Min(beta).Greater(residue))
 				if turn.ToBits() == 0 {
 					continue
 				}
-				zeta := half.Mul(beta.Sub(alpha)).Div(gamma)
+				zeta := half.Mul(beta.Sub(alpha)).Div(g.Mul(dx).Mul(dy))
 				t := one.Div(abs(zeta).Add(zeta.MulAdd(zeta, one).Sqrt()))
 				t = asF(asI(t).Or(asI(zeta).And(signBit)))
 				t = t.Merge(zero(), turn)
 				if lanes(W).ToBits()&^t.Equal(zero()).ToBits() == 0 {
 					continue
 				}
-				c := one.Div(t.MulAdd(t, one).Sqrt())
-				s := t.Mul(c)
+				r := t.MulAdd(t, one).Sqrt()
+				s := t.Div(r)
 				rotated |= uint64(abs(s).Greater(stop).ToBits()) // smaller ones still rotate, and end the sweeps
-				tau := s.Div(one.Add(c))
-				ns, ntau := zero().Sub(s), zero().Sub(tau)
+				ratio := dy.Div(dx)
+				mx, my := zero().Sub(t.Mul(ratio)), t.Div(ratio)
 				// the new norms (a lane that does not turn keeps its columns)
-				ax, ay := turnCols(xs, ys, s, ns, tau, ntau)
+				ax, ay := turnScaled(xs, ys, mx, my)
 				store(ax, norms[:], p*W)
 				store(ay, norms[:], q*W)
-				turnCols(v[p*vcol:(p+1)*vcol], v[q*vcol:(q+1)*vcol], s, ns, tau, ntau)
+				// V's rotation for the pair before: its entries take it while
+				// this pair's divisions and roots are still on their way
+				pending.turn(v, vcol)
+				pending = rotation{p, q, mx, my}
+				// both scales times c = 1 - k, k = t s / (1 + r) exactly
+				k := t.Mul(s).Div(one.Add(r))
+				scales.shrink(p, k)
+				scales.shrink(q, k)
 			}
 		}
+		pending.turn(v, vcol)
+		pending = rotation{}
+		scales.fold(b, v, norms[:], rows, cols)
 		if rotated == 0 {
 			break
 		}
@@ -99,21 +115,64 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	}
 }
 
-// maxSVDCols bounds svdLanes' columns (its norms live on the stack).
+// maxSVDCols bounds svdLanes' columns (its norms and scales live on the
+// stack).
 const maxSVDCols = 256
 
-// turnCols rotates the columns x and y in svdLanes' form (turnSmall) and
-// returns their new squared norms, lane by lane (len(x) a multiple of W).
-// svdLanes' column loops (this, and rowDot for the columns' product) are
-// functions of their own: inside it, their counters and slices spilled to
-// the stack.
-func turnCols(x, y []float32, s, ns, tau, ntau vf) (ax, ay vf) {
+// columnScales are svdLanes' scales of its columns, lane by lane: each
+// high + low, a float32 pair (the low part within rounding of the high).
+type columnScales struct{ high, low [maxSVDCols * W]float32 }
+
+// shrink multiplies column j's scale by 1 - k.
+func (d *columnScales) shrink(j int, k vf) {
+	hi, lo := load(d.high[:], j*W), load(d.low[:], j*W)
+	lo = zero().Sub(k).MulAdd(hi.Add(lo), lo)
+	sum := hi.Add(lo) // Fast2Sum: |lo| is below |hi|
+	store(sum, d.high[:], j*W)
+	store(lo.Sub(sum.Sub(hi)), d.low[:], j*W)
+}
+
+// fold multiplies each of the first cols columns of b (rows entries) and of
+// v (cols entries) by its scale, sets the scales to 1, writes each
+// column's squared norm to norms and returns their sum.
+func (d *columnScales) fold(b, v, norms []float32, rows, cols int) (frobenius2 vf) {
+	col, vcol := rows*W, cols*W
+	for j := range cols {
+		hi, lo := load(d.high[:], j*W), load(d.low[:], j*W)
+		scaleCol(v[j*vcol:(j+1)*vcol], hi, lo)
+		sq := scaleCol(b[j*col:(j+1)*col], hi, lo)
+		store(sq, norms, j*W)
+		frobenius2 = frobenius2.Add(sq)
+		store(splat(1), d.high[:], j*W)
+		store(zero(), d.low[:], j*W)
+	}
+	return frobenius2
+}
+
+// scaleCol multiplies x by hi + lo and returns its new squared norm.
+func scaleCol(x []float32, hi, lo vf) (sq vf) {
+	for i := 0; i+W <= len(x); i += W {
+		e := load(x, i)
+		e = e.MulAdd(hi, e.Mul(lo))
+		store(e, x, i)
+		sq = e.MulAdd(e, sq)
+	}
+	return sq
+}
+
+// turnScaled is svdLanes' scaled rotation of the columns x and y (x += mx
+// y, y += my x with x's entries before it) and returns their new squared
+// norms, lane by lane (len(x) a multiple of W). svdLanes' column loops
+// (these, and rowDot for the columns' product) are functions of their own:
+// inside it, their counters and slices spilled to the stack.
+func turnScaled(x, y []float32, mx, my vf) (ax, ay vf) {
 	y = y[:len(x)]
 	var bx, by vf
 	i := 0
 	for ; i+2*W <= len(x); i += 2 * W {
-		x0, y0 := turnSmall(load(x, i), load(y, i), s, ns, tau, ntau)
-		x1, y1 := turnSmall(load(x, i+W), load(y, i+W), s, ns, tau, ntau)
+		x0, y0, x1, y1 := load(x, i), load(y, i), load(x, i+W), load(y, i+W)
+		x0, y0 = mx.MulAdd(y0, x0), my.MulAdd(x0, y0)
+		x1, y1 = mx.MulAdd(y1, x1), my.MulAdd(x1, y1)
 		store(x0, x, i)
 		store(y0, y, i)
 		store(x1, x, i+W)
@@ -122,12 +181,32 @@ func turnCols(x, y []float32, s, ns, tau, ntau vf) (ax, ay vf) {
 		bx, by = x1.MulAdd(x1, bx), y1.MulAdd(y1, by)
 	}
 	if i < len(x) {
-		x0, y0 := turnSmall(load(x, i), load(y, i), s, ns, tau, ntau)
+		x0, y0 := load(x, i), load(y, i)
+		x0, y0 = mx.MulAdd(y0, x0), my.MulAdd(x0, y0)
 		store(x0, x, i)
 		store(y0, y, i)
 		ax, ay = x0.MulAdd(x0, ax), y0.MulAdd(y0, ay)
 	}
 	return ax.Add(bx), ay.Add(by)
+}
+
+// rotation is a scaled rotation of columns p and q of svdLanes' V (none
+// where p = q).
+type rotation struct {
+	p, q   int
+	mx, my vf
+}
+
+func (r rotation) turn(v []float32, vcol int) {
+	if r.p == r.q {
+		return
+	}
+	x, y := v[r.p*vcol:(r.p+1)*vcol], v[r.q*vcol:(r.q+1)*vcol]
+	for i := 0; i+W <= len(x); i += W {
+		x0, y0 := load(x, i), load(y, i)
+		store(r.mx.MulAdd(y0, x0), x, i)
+		store(r.my.MulAdd(x0, y0), y, i)
+	}
 }
 
 // turnSmall is the rotation (c x - s y, s x + c y) from s and tau = s / (1
