@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"math/rand"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,6 +70,52 @@ func TestLaneMoves(t *testing.T) {
 	}
 	if len(isaTables()) > 0 {
 		require.Positive(t, tested, "an ISA table without LaneMoves")
+	}
+}
+
+// QVLanes multiplies each lane's matrices as float64 does, to rounding,
+// into a poisoned output, at shapes with one row, one column and an odd
+// count of each.
+func TestQVLanes(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	tested := 0
+	for _, k := range allTables(t) {
+		if k.QVLanes == nil {
+			continue
+		}
+		tested++
+		lanes := k.Lanes
+		for _, s := range [][2]int{{1, 1}, {5, 1}, {7, 7}, {33, 16}, {32, 32}} {
+			rows, cols := s[0], s[1]
+			q, v := make([]float32, rows*cols*lanes), make([]float32, cols*cols*lanes)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			for i := range v {
+				v[i] = float32(rng.NormFloat64())
+			}
+			y := make([]float32, rows*cols*lanes)
+			for i := range y {
+				y[i] = float32(math.NaN())
+			}
+			k.QVLanes(y, q, v, rows, cols)
+			for l := range lanes {
+				for i := range rows {
+					for j := range cols {
+						var want, size float64
+						for c := range cols {
+							p := float64(q[(i*cols+c)*lanes+l]) * float64(v[(j*cols+c)*lanes+l])
+							want, size = want+p, size+math.Abs(p)
+						}
+						got := float64(y[(j*rows+i)*lanes+l])
+						require.InDelta(t, want, got, 1e-6*size, "%s %dx%d lane %d (%d, %d)", k.Name, rows, cols, l, i, j)
+					}
+				}
+			}
+		}
+	}
+	if len(isaTables()) > 0 {
+		require.Positive(t, tested, "an ISA table without QVLanes")
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 )
 
 // The CPU kernel: batches of small matrices a vector's width at a time, one
-// per lane (SVDLanes), where the ISA has it; otherwise, and from
+// per lane, where the ISA has it: B = Q R (QRLanes), then the rotations on
+// Rᵀ (SVDLanes: fewer sweeps than on B, and cols rows), whose columns give
+// B's right vectors and V, times Q, its left ones (QVLanes); otherwise, and from
 // minPreconditionedCols columns or past maxLaneFloats, one matrix per
 // worker at a time, its B first multiplied by the eigenvectors of BᵀB
 // (precondition), then the same rotations (jacobi). Either way each
@@ -28,8 +30,9 @@ const maxLaneFloats = 2 * 128 * 128
 const minPreconditionedCols = 48
 
 // Scratch buffer slots: a matrix as read, the B (a lanes group's, or one)
-// and V, the interleaved B and V (one matrix's BᵀB and B V0 instead), the
-// finishing column norms and vector, and the outputs' conversions.
+// and V (a lanes group's Q instead), the interleaved B and V (one matrix's
+// BᵀB and B V0 instead), the finishing column norms and vector (a lanes
+// group's taus of R before them), and the outputs' conversions.
 const (
 	bufRaw = iota
 	bufB
@@ -42,6 +45,8 @@ const (
 	bufVh
 	bufGram    = bufLanes
 	bufProduct = bufLanesV
+	bufQ       = bufV
+	bufTaus    = bufFinish
 )
 
 // tolerance is the rotations' threshold: a pair of B's columns whose
@@ -77,13 +82,13 @@ func svdCPU(s shapes, av, uv, sv, vv, iv *core.View, _ unsafe.Pointer) error {
 		t := tridiag.New(cols)
 		for b := lo; b < hi; b++ {
 			bm := sc.Buf(bufB, rows*cols)
-			amax := io.load(b, bm, sc)
+			unit := io.load(b, bm, false, sc)
 			v := sc.Buf(bufV, cols*cols)
-			if amax != amax || !precondition(bm, rows, cols, v, t, sc) {
+			if unit != unit || !precondition(bm, rows, cols, v, t, sc) {
 				cpu.Eye(v, cols, cols, cols)
 			}
 			info := jacobi(bm, rows, cols, v, sc.Buf(bufFinish, cols))
-			infos[b] = io.store(b, bm, v, amax, info, sc)
+			infos[b] = io.store(b, bm, rows, v, true, unit, info, sc)
 		}
 	})
 	return nil
@@ -95,11 +100,12 @@ type matrixIO struct {
 	a, u, sv, vh cpu.Span
 }
 
-// load copies matrix b of a into bm as B (column j at bm[j*rows:]), times
-// the power of two 2^-e that brings its largest magnitude into [0.5, 1)
-// (exactly: a product, not a division), and returns 2^e: 0 for a zero
-// matrix, NaN where an entry is not finite (bm then zero).
-func (io matrixIO) load(b int, bm []float32, sc *cpu.Scratch) float32 {
+// load copies matrix b of a into bm as B (by columns: column j at
+// bm[j*rows:]; byRows: row i at bm[i*cols:]), times the power of two 2^-e
+// that brings its largest magnitude into [0.5, 1) (exactly: a product, not a
+// division), and returns 2^e: 0 for a zero matrix, NaN where an entry is not
+// finite (bm then zero).
+func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float32 {
 	m, n := io.s.m, io.s.n
 	src := io.a.At(b*m*n).Load(0, sc.Buf(bufRaw, m*n))
 	var amax, zero float32
@@ -117,61 +123,80 @@ func (io matrixIO) load(b int, bm []float32, sc *cpu.Scratch) float32 {
 	}
 	_, e := math.Frexp(float64(amax))
 	scale := math.Ldexp(1, -e) // in float64: past float32's range for a subnormal amax
-	if m < n {                 // wide: B's columns are A's rows
+	// B is A (tall) or Aᵀ (wide): A's rows are B's rows by rows, or B's
+	// columns by columns
+	if (m >= n) == byRows {
 		for i, x := range src {
 			bm[i] = float32(float64(x) * scale)
 		}
-	} else {
-		for i := range m {
-			for j, x := range src[i*n : (i+1)*n] {
-				bm[j*m+i] = float32(float64(x) * scale)
-			}
+		return float32(math.Ldexp(1, e))
+	}
+	for i := range m {
+		for j, x := range src[i*n : (i+1)*n] {
+			bm[j*m+i] = float32(float64(x) * scale)
 		}
 	}
 	return float32(math.Ldexp(1, e))
 }
 
 // lanes decomposes matrices [first, first+lanes) together, one per vector
-// lane (a batch's last group padded with zero matrices).
+// lane (a batch's last group padded with zero matrices): B = Q R, then the
+// rotations on X = Rᵀ (cols x cols), X V = U_x Σ, so that B = (Q V) Σ U_xᵀ.
 func (io matrixIO) lanes(first, lanes int, infos []int32, sc *cpu.Scratch) {
+	k := cpu.K()
 	rows, cols, count := io.s.rows(), io.s.cols(), min(lanes, io.s.batch-first)
 	rc, cc := rows*cols, cols*cols
-	bs, vs := sc.Buf(bufB, rc*lanes), sc.Buf(bufV, cc*lanes)
-	var mats, vecs [cpu.MaxLanes][]float32
-	var amax [cpu.MaxLanes]float32
+	bs := sc.Buf(bufB, rc*lanes)
+	var mats [cpu.MaxLanes][]float32
+	var unit [cpu.MaxLanes]float32
 	for l := range lanes {
-		mats[l], vecs[l] = bs[l*rc:(l+1)*rc], vs[l*cc:(l+1)*cc]
+		mats[l] = bs[l*rc : (l+1)*rc]
 		if l < count {
-			amax[l] = io.load(first+l, mats[l], sc)
+			unit[l] = io.load(first+l, mats[l], true, sc)
 		} else {
 			clear(mats[l])
 		}
 	}
-	w := sc.Buf(bufLanes, rc*lanes)
+	w, q := sc.Buf(bufLanes, rc*lanes), sc.Buf(bufQ, rc*lanes)
 	cpu.Interleave(w, mats[:lanes], rc)
+	k.QRLanes(w, rows, cols, q, cols, sc.Buf(bufTaus, cols*lanes))
+	// X by columns is R by rows: the first cols rows of w, the reflectors'
+	// tails below R's diagonal cleared
+	x := w[:cc*lanes]
+	for j := range cols {
+		clear(x[j*cols*lanes : (j*cols+j)*lanes])
+	}
 	v := sc.Buf(bufLanesV, cc*lanes)
 	var info [cpu.MaxLanes]int32
-	cpu.K().SVDLanes(w, rows, cols, v, tolerance(rows), MaxSweeps, info[:lanes])
-	cpu.Deinterleave(mats[:count], w, rc, lanes)
-	cpu.Deinterleave(vecs[:count], v, cc, lanes)
+	k.SVDLanes(x, cols, cols, v, tolerance(rows), MaxSweeps, info[:lanes])
+	k.QVLanes(bs, q, v, rows, cols)       // B's left vectors, interleaved, in bs
+	var lefts, xs [cpu.MaxLanes][]float32 // into q and v, free after the product
 	for l := range count {
-		infos[first+l] = io.store(first+l, mats[l], vecs[l], amax[l], info[l], sc)
+		lefts[l], xs[l] = q[l*rc:(l+1)*rc], v[l*cc:(l+1)*cc]
+	}
+	cpu.Deinterleave(lefts[:count], bs, rc, lanes)
+	cpu.Deinterleave(xs[:count], x, cc, lanes)
+	for l := range count {
+		infos[first+l] = io.store(first+l, xs[l], cols, lefts[l], false, unit[l], info[l], sc)
 	}
 }
 
-// store writes matrix b's singular values (B's column norms times load's
-// power of two, in
-// descending order, ties in column order) and, when wanted, its vectors: B's
-// normalized columns (completed where a norm is zero) and V's columns,
-// each on its side. It returns the info: the rotations' (converged, 0, or
-// not), or 1 for a matrix that was not finite, whose outputs are NaN.
-func (io matrixIO) store(b int, bm, v []float32, unit float32, info int32, sc *cpu.Scratch) int32 {
+// store writes matrix b's singular values (the norms of bm's cols columns,
+// each bmRows long, times load's power of two, in descending order, ties in
+// column order) and, when wanted, its vectors: bm's normalized columns
+// (completed where a norm is zero) are B's left vectors where bmLeft, and
+// other's columns its right ones (V, cols long), else the other way round
+// (other's columns rows long). It returns the info: the rotations'
+// (converged, 0, or not), or 1 for a matrix that was not finite, whose
+// outputs are NaN.
+func (io matrixIO) store(b int, bm []float32, bmRows int, other []float32, bmLeft bool, unit float32, info int32,
+	sc *cpu.Scratch) int32 {
 	m, n, rows, cols := io.s.m, io.s.n, io.s.rows(), io.s.cols()
 	k := cols
-	fin := sc.Buf(bufFinish, 2*cols+rows)
+	fin := sc.Buf(bufFinish, 2*cols+bmRows)
 	sigma, rank, x := fin[:cols], fin[cols:2*cols], fin[2*cols:]
 	for j := range cols {
-		sigma[j] = float32(math.Sqrt(float64(cpu.K().SumSq(bm[j*rows : (j+1)*rows]))))
+		sigma[j] = float32(math.Sqrt(float64(cpu.K().SumSq(bm[j*bmRows : (j+1)*bmRows]))))
 	}
 	for j := range cols {
 		r := 0
@@ -202,24 +227,28 @@ func (io matrixIO) store(b int, bm, v []float32, unit float32, info int32, sc *c
 	// of ‖B‖² between here and the sweeps
 	cut := float32(math.Sqrt(float64(1.25 * frozen(frobenius2, tolerance(rows)))))
 	for j := range cols {
-		if col := bm[j*rows : (j+1)*rows]; sigma[j] > cut {
+		if col := bm[j*bmRows : (j+1)*bmRows]; sigma[j] > cut {
 			inv := 1 / sigma[j]
 			for i := range col {
 				col[i] *= inv
 			}
 		}
 	}
-	complete(bm, rows, cols, sigma, cut, x)
+	complete(bm, bmRows, cols, sigma, cut, x)
 	uo := io.u.At(b*m*k).Out(0, sc.Buf(bufU, m*k))
 	vho := io.vh.At(b*k*n).Out(0, sc.Buf(bufVh, k*n))
 	left, right := columnsInto(uo, k), rowsInto(vho, n) // tall: U gets B's columns, Vh V's
 	if m < n {
 		left, right = rowsInto(vho, n), columnsInto(uo, k)
 	}
+	otherRows := rows + cols - bmRows
+	if !bmLeft {
+		left, right = right, left
+	}
 	for j := range cols {
 		r := int(rank[j])
-		left(bm[j*rows:(j+1)*rows], r)
-		right(v[j*cols:(j+1)*cols], r)
+		left(bm[j*bmRows:(j+1)*bmRows], r)
+		right(other[j*otherRows:(j+1)*otherRows], r)
 	}
 	if unit != unit {
 		cpu.Fill(uo, nan)

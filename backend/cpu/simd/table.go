@@ -180,7 +180,7 @@ const EighStopTan = 0x1p-12
 // rotation by a sine above it ends the sweeps.
 const SVDStopSin = 0x1p-12
 
-// SVDKernels are batched singular value decomposition's primitive.
+// SVDKernels are batched singular value decomposition's primitives.
 type SVDKernels struct {
 	// SVDLanes rotates Lanes matrices' columns at once, one matrix per
 	// lane, by one-sided Jacobi: b interleaved (element e of matrix l at
@@ -192,6 +192,11 @@ type SVDKernels struct {
 	// converged, 1 where it still rotated in the last sweep. Nil in the
 	// portable table.
 	SVDLanes func(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32)
+	// QVLanes multiplies Lanes matrices at once, interleaved as SVDLanes'
+	// are: y (rows x cols, by columns) = q (rows x cols, by rows: QRLanes'
+	// Q) times v (cols x cols, by columns: SVDLanes' V). Nil in the
+	// portable table.
+	QVLanes func(y, q, v []float32, rows, cols int)
 	// JacobiRot is one matrix's rotation of two columns as SVDLanes
 	// rotates them: (x, y) = (c x - s y, s x + c y) formed as x - s (y +
 	// tau x) and y + s (x - tau y), tau = s / (1 + c), which keeps a small

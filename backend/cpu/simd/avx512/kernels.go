@@ -45,7 +45,7 @@ var Table = simd.Table{
 	CholeskyKernels: simd.CholeskyKernels{CholeskyLanes: choleskyLanes},
 	SolveKernels:    simd.SolveKernels{SolveLanes: solveLanes},
 	EighKernels:     simd.EighKernels{EighLanes: eighLanes, Rot: rot, SymMV: symMV, SymRank2: symRank2},
-	SVDKernels:      simd.SVDKernels{SVDLanes: svdLanes, JacobiRot: jacobiRot},
+	SVDKernels:      simd.SVDKernels{SVDLanes: svdLanes, QVLanes: qvLanes, JacobiRot: jacobiRot},
 	Conversions: simd.Conversions{
 		BF16ToF32: bf16ToF32, F16ToF32: f16ToF32, F32ToBF16: f32ToBF16, F32ToF16: f32ToF16,
 	},

@@ -81,11 +81,10 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				if lanes(W).ToBits()&^t.Equal(zero()).ToBits() == 0 {
 					continue
 				}
-				r := t.MulAdd(t, one).Sqrt()
-				s := t.Div(r)
-				rotated |= uint64(abs(s).Greater(stop).ToBits()) // smaller ones still rotate, and end the sweeps
-				ratio := dy.Div(dx)
-				mx, my := zero().Sub(t.Mul(ratio)), t.Div(ratio)
+				r := t.MulAdd(t, one).Sqrt()                            // the sine is t / r
+				rotated |= uint64(abs(t).Greater(stop.Mul(r)).ToBits()) // smaller ones still rotate, and end the sweeps
+				inv := one.Div(dx.Mul(dy))
+				mx, my := zero().Sub(t.Mul(dy)).Mul(dy.Mul(inv)), t.Mul(dx).Mul(dx.Mul(inv))
 				// the new norms (a lane that does not turn keeps its columns)
 				ax, ay := turnScaled(xs, ys, mx, my)
 				store(ax, norms[:], p*W)
@@ -94,8 +93,8 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				// this pair's divisions and roots are still on their way
 				pending.turn(v, vcol)
 				pending = rotation{p, q, mx, my}
-				// both scales times c = 1 - k, k = t s / (1 + r) exactly
-				k := t.Mul(s).Div(one.Add(r))
+				// both scales times c = 1 - k, k = t² / (r (1 + r)) exactly
+				k := t.Mul(t).Div(r.MulAdd(r, r))
 				scales.shrink(p, k)
 				scales.shrink(q, k)
 			}
@@ -111,6 +110,19 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	for l := range info {
 		info[l] = int32(rotated >> l & 1)
 	}
+}
+
+// qvLanes is simd.Table.QVLanes: each entry of y the product of a row of q
+// and a column of v, both contiguous.
+func qvLanes(y, q, v []float32, rows, cols int) {
+	col := cols * W
+	for j := range cols {
+		vj := v[j*col : (j+1)*col]
+		for i := range rows {
+			store(rowDot(q[i*col:(i+1)*col], vj, cols), y, (j*rows+i)*W)
+		}
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // maxSVDCols bounds svdLanes' columns (its norms and scales live on the
