@@ -189,6 +189,7 @@ test-c: $(LIB) build/abi_test build/static_tls.so
 	./build/abi_test $(LIB)
 	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 MC_CPU_ISA=portable MC_NUM_THREADS=abc ./build/abi_test $(LIB) build/static_tls.so 2>build/abi_test.stderr; \
 		status=$$?; cat build/abi_test.stderr; [ $$status = 0 ] && grep -q 'MC_NUM_THREADS="abc" is not a positive integer' build/abi_test.stderr
+	$(CC) -std=c11 -Wall -Werror -fsyntax-only bench/launch_floor.c # the GPU host's C benchmark (python_host.py runs it)
 
 # make install into a staging DESTDIR (the layout), and into a temporary
 # prefix that a C++ program finds through CMake and through pkg-config

@@ -11,7 +11,10 @@ model sees it (parameters that require grad). The bar (issue 34): metalcore
 fused step (CUDA) or foreach step (CPU). CPU rows run both at the same
 thread count."""
 import ctypes
+import pathlib
+import shutil
 import statistics
+import subprocess
 import time
 
 import torch
@@ -152,6 +155,21 @@ def layer_rows(device):
     ]
 
 
+def from_c():
+    """The rows of bench/launch_floor.c (the driver's launch of an empty
+    kernel and the library's calls, timed in C), where a C compiler is
+    here; else none."""
+    cc = shutil.which("cc")
+    if cc is None:
+        return []
+    exe = pathlib.Path(__file__).resolve().parents[1] / "build" / "launch_floor"
+    exe.parent.mkdir(exist_ok=True)
+    subprocess.run([cc, "-O2", "-o", str(exe), str(exe.parents[1] / "bench" / "launch_floor.c"), "-ldl"], check=True)
+    out = subprocess.run([str(exe), metalcore._lib.path], check=True, capture_output=True, text=True).stdout
+    rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    return [("from C: " + what.strip(), float(us)) for what, us in rows[1:]]
+
+
 def main():
     print("# Host time per call through the public Python API\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, `python3 bench/python_host.py`. "
@@ -181,6 +199,9 @@ def main():
             print(f"| {what} | {host_us(fn, device):.2f} |")
             if device == "cuda" and what.startswith("    mc_silu_fwd"):
                 print(f"| {what}, the GPU idle before it | {idle_us(fn):.2f} |")
+        if device == "cuda":
+            for what, us in from_c():
+                print(f"| {what} | {us:.2f} |")
         print()
 
 
