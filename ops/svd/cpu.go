@@ -108,15 +108,25 @@ type matrixIO struct {
 func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float32 {
 	m, n := io.s.m, io.s.n
 	src := io.a.At(b*m*n).Load(0, sc.Buf(bufRaw, m*n))
-	var amax, zero float32
-	for _, x := range src {
-		zero += x * 0 // NaN once an entry is not finite
-		amax = max(amax, float32(math.Abs(float64(x))))
+	// the largest magnitude: as magnitudes, float32s order as their bits do
+	// (an infinity's above every finite one's, a NaN's above that), four
+	// maxima at a time
+	var top [4]uint32
+	i := 0
+	for ; i+4 <= len(src); i += 4 {
+		for k := range top {
+			top[k] = max(top[k], math.Float32bits(src[i+k])&0x7fffffff)
+		}
 	}
-	if zero != 0 {
+	for ; i < len(src); i++ {
+		top[0] = max(top[0], math.Float32bits(src[i])&0x7fffffff)
+	}
+	bits := max(top[0], top[1], top[2], top[3])
+	if bits >= 0x7f800000 { // an entry not finite
 		clear(bm)
 		return float32(math.NaN())
 	}
+	amax := math.Float32frombits(bits)
 	if amax == 0 {
 		clear(bm)
 		return 0
@@ -198,12 +208,14 @@ func (io matrixIO) store(b int, bm []float32, bmRows int, other []float32, bmLef
 	for j := range cols {
 		sigma[j] = float32(math.Sqrt(float64(cpu.K().SumSq(bm[j*bmRows : (j+1)*bmRows]))))
 	}
+	// each value's place, descending, ties in column order: a value's bits
+	// above its column's complement order the columns so, and each of
+	// those before it adds the sign of a subtraction (no branch)
+	key := func(j int) uint64 { return uint64(math.Float32bits(sigma[j]))<<32 | uint64(^uint32(j)) }
 	for j := range cols {
-		r := 0
+		kj, r := key(j), uint64(0)
 		for i := range cols {
-			if sigma[i] > sigma[j] || (sigma[i] == sigma[j] && i < j) {
-				r++
-			}
+			r += (kj - key(i)) >> 63
 		}
 		rank[j] = float32(r)
 	}
