@@ -93,12 +93,49 @@ func TestCrossEntropy(t *testing.T) {
 					// a loss is lse − x[t], each about the logits' size: float32's
 					// rounding of them is its error, whatever the difference
 					tu.CloseScaled(t, what+" loss", loss.Values(), wantLoss, 2e-5, 1+maxAbs(xs))
-					tu.CloseScaled(t, what+" "+scaling+" dlogits", g.Values(), wantGrad, tu.Tol(c.DT), 2/float64(c.Cols()))
+					closeGrad(t, what+" "+scaling+" dlogits", g.Values(), wantGrad, xs, tt.Values(), scales, tu.Tol(c.DT), c.Cols())
 					require.True(t, g.PaddingPoisoned(), "%v: wrote outside dlogits' elements", what)
 				}
 			}
 		}
 	})
+}
+
+// closeGrad compares a gradient of rows of cols logits xs with the reference
+// as tu.CloseScaled does (tol times the value plus 2/cols), and a row's
+// target entry within a further term: float32's rounding of the row's
+// log-sum-exp (a few units of its last place) is every probability's
+// relative error, and where the target's probability is near 1 its
+// gradient, scale (p - 1), cancels down to that error times the row's scale.
+func closeGrad(t *testing.T, what string, got, want, xs, targets, scales []float64, tol float64, cols int) {
+	t.Helper()
+	bad := 0
+	for r, row := range tu.Rows(xs, cols) {
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = math.Max(m, v)
+		}
+		var e float64
+		for _, v := range row {
+			e += math.Exp(v - m)
+		}
+		slack := 8 * 0x1p-24 * (1 + math.Abs(m+math.Log(e))) * math.Abs(scales[r])
+		for j := range row {
+			i, allowed := r*cols+j, tol*(math.Abs(want[r*cols+j])+2/float64(cols))
+			if j == int(targets[r]) {
+				allowed += slack
+			}
+			if !(math.Abs(got[i]-want[i]) <= allowed) {
+				if bad < 5 {
+					t.Errorf("%s[%d] = %g, want %g (allowed %g)", what, i, got[i], want[i], allowed)
+				}
+				bad++
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d values out of tolerance", what, bad, len(got))
+	}
 }
 
 // Vocabulary-wide rows, whose pieces a GPU keeps in registers, then in
