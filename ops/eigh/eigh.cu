@@ -179,10 +179,17 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
     if (!vectors) return;
     MC_GLOBAL T* v = (MC_GLOBAL T*)v_ + b * nn;
     if (WARP) {
+        // each lane's row of V staged in A (whose diagonal is out) in rank
+        // order, then V's rows stored whole: the warp's stores coalesce,
+        // where each lane storing its own row wrote 32 rows' entries at once
+        eigh_sync<WARP>();
         if (t < n)
 #pragma unroll
             for (int j = 0; j < (REG > 0 ? REG : 1); j++)
-                if (j < n) D::store(v + t * n + rank[j], finite ? vr[j] : nan);
+                if (j < n) A[t * ld + rank[j]] = finite ? vr[j] : nan;
+        eigh_sync<WARP>();
+        for (int r = 0; r < n; r++)
+            if (t < n) D::store(v + r * n + t, A[r * ld + t]);
         return;
     }
     for (int e = t; e < nn; e += nt) {
