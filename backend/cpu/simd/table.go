@@ -106,8 +106,8 @@ type QRKernels struct {
 
 // LaneMoves put Lanes matrices into the interleaved form the lanes kernels
 // work on (element e of matrix l at a[e*Lanes+l]) and take them out of it,
-// a Lanes x Lanes block at a time transposed in registers. len(mats) must
-// be Lanes. Nil in the portable table.
+// eight matrices at a time by 8 x 8 blocks transposed in registers.
+// len(mats) must be Lanes. Nil in the portable table.
 type LaneMoves struct {
 	// Interleave sets a[e*Lanes+l] = mats[l][e] for e < elems.
 	Interleave func(a []float32, mats [][]float32, elems int)

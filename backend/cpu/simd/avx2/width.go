@@ -79,32 +79,3 @@ func recip(q vf) vf { return newton(q, newton(q, q.Reciprocal())) }
 func broadcastAt(s []float32, i int) vf {
 	return archsimd.LoadFloat32x4((*[4]float32)(s[i : i+4])).Broadcast1To8()
 }
-
-// transposeRows stores the transpose of the W x W block whose row r is at
-// src[r] into the rows at dst, in registers (the scratch is the avx512
-// form's). Three stages, stage k swapping bit k of the row index with bit
-// k of the column index (as the avx512 width.go's): within 128-bit halves
-// by VSHUFPS for bits 0 and 1, across them by VPERM2F128 for bit 2.
-func transposeRows(dst, src *[W]*[W]float32, _ *[W]vf) {
-	x0, x1, x2, x3 := swapQuad(loadArray(src[0]), loadArray(src[1]), loadArray(src[2]), loadArray(src[3]))
-	x4, x5, x6, x7 := swapQuad(loadArray(src[4]), loadArray(src[5]), loadArray(src[6]), loadArray(src[7]))
-	swapHalves(x0, x4, dst[0], dst[4])
-	swapHalves(x1, x5, dst[1], dst[5])
-	swapHalves(x2, x6, dst[2], dst[6])
-	swapHalves(x3, x7, dst[3], dst[7])
-}
-
-// swapHalves is the stage of bit 2 over rows x and y, stored at lo and hi.
-func swapHalves(x, y vf, lo, hi *[W]float32) {
-	x.Select128FromPair(0, 2, y).Store(lo)
-	x.Select128FromPair(1, 3, y).Store(hi)
-}
-
-// swapQuad is the stages of bits 0 and 1 over rows x0..x3.
-func swapQuad(x0, x1, x2, x3 vf) (vf, vf, vf, vf) {
-	x0, x1 = x0.SelectFromPairGrouped(0, 4, 2, 6, x1), x0.SelectFromPairGrouped(1, 5, 3, 7, x1)
-	x2, x3 = x2.SelectFromPairGrouped(0, 4, 2, 6, x3), x2.SelectFromPairGrouped(1, 5, 3, 7, x3)
-	x0, x2 = x0.SelectFromPairGrouped(0, 1, 4, 5, x2), x0.SelectFromPairGrouped(2, 3, 6, 7, x2)
-	x1, x3 = x1.SelectFromPairGrouped(0, 1, 4, 5, x3), x1.SelectFromPairGrouped(2, 3, 6, 7, x3)
-	return x0, x1, x2, x3
-}
