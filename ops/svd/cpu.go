@@ -139,11 +139,11 @@ func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float
 		for i, x := range src {
 			bm[i] = float32(float64(x) * scale)
 		}
-		return float32(math.Ldexp(1, e))
-	}
-	for i := range m {
-		for j, x := range src[i*n : (i+1)*n] {
-			bm[j*m+i] = float32(float64(x) * scale)
+	} else {
+		for i := range m {
+			for j, x := range src[i*n : (i+1)*n] {
+				bm[j*m+i] = float32(float64(x) * scale)
+			}
 		}
 	}
 	return float32(math.Ldexp(1, e))
@@ -253,9 +253,9 @@ func (io matrixIO) store(b int, bm []float32, bmRows int, other []float32, bmLef
 	if m < n {
 		left, right = rowsInto(vho, n), columnsInto(uo, k)
 	}
-	otherRows := rows + cols - bmRows
+	otherRows := cols // V's
 	if !bmLeft {
-		left, right = right, left
+		left, right, otherRows = right, left, rows
 	}
 	for j := range cols {
 		r := int(rank[j])

@@ -65,9 +65,10 @@ def cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.0, red
 # A chunk's logits take at most this share of the full float32 logits'
 # memory (and at least 64 MiB worth: one chunk where the whole problem is
 # small, and no GEMM of a few hundred rows, slower a row than PyTorch's one
-# large GEMM, where it is not). The step's growth is then the gradients of weight and hidden and
-# a chunk: under 30% of the logits once rows outnumber 3.3 hidden widths
-# (the gradient of weight alone is V x H); 15% made it 30% at 8192 rows.
+# large GEMM, where it is not). The step's growth is then the gradients of
+# weight and hidden and a chunk: under 30% of the logits once rows outnumber
+# 3.3 hidden widths (the gradient of weight alone is V x H); 15% made it 30%
+# at 8192 rows.
 _CHUNK_SHARE, _CHUNK_FLOOR = 0.10, 64 << 20
 
 

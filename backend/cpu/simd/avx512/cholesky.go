@@ -51,7 +51,8 @@ func choleskyLanes(a []float32, n int, info []int32) {
 }
 
 // rowDot is Σ_{k<m} x[kW:kW+W] * y[kW:kW+W], lane by lane, over four
-// accumulators: two rows' prefixes here, two columns in svdLanes.
+// accumulators: two rows' prefixes here, two columns in svdLanes, a row
+// and a column in qvLanes.
 func rowDot(x, y []float32, m int) vf {
 	var s0, s1, s2, s3 vf
 	k := 0
