@@ -22,8 +22,8 @@ MC_DEVICE float solve_magnitude(float v) {
 }
 
 // Orders up to W (32, or 16) with up to SOLVE_K right-hand sides: a warp per
-// system, lane i holding row i of A and of B in registers (the column loops
-// unrolled, so every index is constant; column j is picked out by selects).
+// system, lane i holding row i of A and of B in registers (the step and
+// column loops unrolled, so every index is constant).
 // Gauss-Jordan with the rows left in place: step j's pivot is the largest
 // magnitude in column j among the rows that have not given one yet (the
 // first such row on ties), and every other row subtracts its multiple of
@@ -61,10 +61,11 @@ MC_DEVICE void solve_warp_rows(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void
     for (int c = 0; c < SOLVE_K; c++) y[c] = row && c < k ? S[lane * SOLVE_LD + 32 + c] : 0.f;
     MC_WARP_BARRIER();     // every lane has its row: S is free for X
     int fail = 0, at = 0;  // at: the step whose pivot this row gave
-    for (int j = 0; j < n; j++) {
-        float rj = 0.f;
+    // (a step shuffles and updates only the columns right of its own)
 #pragma unroll
-        for (int c = 0; c < W; c++) rj = c == j ? r[c] : rj;
+    for (int j = 0; j < W; j++) {
+        if (j >= n) break;
+        float rj = r[j];
         float v = row && !used ? solve_magnitude(rj) : -1.f;
         int p = lane;
         solve_argmax(v, p);
@@ -76,12 +77,10 @@ MC_DEVICE void solve_warp_rows(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void
         if (lane == p) used = true, at = j;
         float f = row && lane != p ? rj * (1.f / pivot) : 0.f;
 #pragma unroll
-        for (int c = 0; c < W; c++) {
-            float pc = mc_shfl(r[c], p);
-            if (c > j) r[c] = fmaf(-f, pc, r[c]);
-        }
+        for (int c = j + 1; c < W; c++) r[c] = fmaf(-f, mc_shfl(r[c], p), r[c]);
 #pragma unroll
-        for (int c = 0; c < SOLVE_K; c++) y[c] = fmaf(-f, mc_shfl(y[c], p), y[c]);
+        for (int c = 0; c < SOLVE_K; c++)
+            if (c < k) y[c] = fmaf(-f, mc_shfl(y[c], p), y[c]);
     }
     float d = 1.f, nan = mc_inf() - mc_inf();
 #pragma unroll
