@@ -24,7 +24,7 @@ def direct(cls):
 class RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, forms):
-        y, rstd = _kernels.rms_norm(x, weight, eps, forms=forms)
+        y, rstd = _kernels.rms_norm(x, weight, eps, True, forms)
         ctx.save_for_backward(x, weight, rstd)
         ctx.eps = eps
         return y
@@ -38,7 +38,7 @@ class RMSNorm(torch.autograd.Function):
 class LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, forms):
-        y, stats = _kernels.layer_norm(x, weight, bias, eps, forms=forms)
+        y, stats = _kernels.layer_norm(x, weight, bias, eps, True, forms)
         ctx.save_for_backward(x, weight, bias, stats)
         ctx.eps = eps
         return y

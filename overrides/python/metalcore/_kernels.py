@@ -54,10 +54,20 @@ def rows(x):
     return x.numel() // n if n else math.prod(x.shape[:-1])
 
 
-def _row_stats(x, per_row=1):
+_ROWS = ("rows",)  # the entry of a Forms' plans holding its first tensor's row count
+
+
+def _row_stats(x, per_row=1, forms=None):
     """float32 [per_row * rows] on x's device: an rstd per row, or
-    LayerNorm's statistics (every row's mean, then every row's rstd)."""
-    return torch.empty(per_row * rows(x), dtype=torch.float32, device=x.device)  # new_empty costs more
+    LayerNorm's statistics (every row's mean, then every row's rstd); forms:
+    x's (admit's), which keep its row count."""
+    if forms is None:
+        n = rows(x)
+    else:
+        n = forms.plans.get(_ROWS)
+        if n is None:
+            n = forms.plans[_ROWS] = rows(x)
+    return torch.empty(per_row * n, dtype=torch.float32, device=x.device)  # new_empty costs more
 
 
 # Each call's tensors are described through described(): the key names the
@@ -69,7 +79,7 @@ def _row_stats(x, per_row=1):
 def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     """(y, rstd); rstd None unless want_rstd."""
     y = torch.empty_like(x)
-    rstd = _row_stats(x) if want_rstd else None
+    rstd = _row_stats(x, 1, forms) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
     tensors = (x, weight, y, rstd)
     a = described(("rmsnorm_fwd", want_rstd), tensors, None, forms.plans) if forms else \
@@ -98,7 +108,7 @@ def layer_norm(x, weight, bias, eps, want_stats=True, forms=None):
     """(y, stats): stats float32 [2 * rows], every row's mean then every
     row's rstd (one allocation), or None unless want_stats."""
     y = torch.empty_like(x)
-    stats = _row_stats(x, 2) if want_stats else None
+    stats = _row_stats(x, 2, forms) if want_stats else None
     CALLS["layernorm_fwd"] += 1
     tensors = (x, weight, bias, y, stats, stats)
     a = described(("layernorm_fwd", want_stats), tensors, _STATS_HALVES, forms.plans) if forms else \

@@ -64,7 +64,7 @@ class RMSNorm(torch.nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x):
-        eps, weight = _eps(self.eps, x), self.weight
+        eps, weight = _eps(self.eps, x), _param(self, "weight")
         if last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, weight)
             if why is None:
@@ -80,6 +80,14 @@ class RMSNorm(torch.nn.Module):
         return _ScriptedRMSNorm(self.normalized_shape, self.eps, self.weight)
 
 
+def _param(module, name):
+    """module.name, taken from its parameters where it is one there (a
+    Module.__getattr__ costs a third of a microsecond); else the attribute
+    (a parametrization's property, or a tensor a hook set)."""
+    params = module._parameters
+    return params[name] if name in params else getattr(module, name)
+
+
 def _torch_twin(module, cls):
     """A PyTorch module of class cls with module's settings and the same
     parameters (for torch.jit.script)."""
@@ -93,7 +101,7 @@ class LayerNorm(torch.nn.LayerNorm):
     kernels."""
 
     def forward(self, x):
-        weight, bias = self.weight, self.bias  # each a Module.__getattr__
+        weight, bias = _param(self, "weight"), _param(self, "bias")
         if last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, self.eps, weight, bias)
             if why is None:
@@ -118,7 +126,7 @@ class FusedAddRMSNorm(RMSNorm):
     wanted, the sum and the norm are PyTorch's and metalcore's own ops."""
 
     def forward(self, x, residual):
-        eps, weight = _eps(self.eps, x), self.weight
+        eps, weight = _eps(self.eps, x), _param(self, "weight")
         if not _ops._wants_grad(x, residual, weight) and last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, residual, weight)
             if why is None and residual.shape == x.shape:
