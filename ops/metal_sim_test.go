@@ -203,6 +203,15 @@ func TestMetalSimOps(t *testing.T) {
 				s.check("softmax backward", []out{y}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 					return softmax.Bwd(on(dy), on(x), o[0].Ptr(), e)
 				})
+				if dt != core.F32 { // the upcasting forward, and its gradient in the input's dtype
+					s.check("softmax, float32 output", []out{{core.F32, sh}}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return softmax.Fwd(on(x), o[0].Ptr(), e)
+					})
+					dy32, y32 := s.rand(core.F32, sh, 1), s.rand(core.F32, sh, 1)
+					s.check("softmax backward, float32 rows", []out{y}, 4*tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
+						return softmax.Bwd(on(dy32), on(y32), o[0].Ptr(), e)
+					})
+				}
 				for _, approx := range []int32{activation.GeluErf, activation.GeluTanh} {
 					s.check(fmt.Sprintf("gelu %d", approx), []out{y}, tol, func(on func(*tu.Tensor) *core.Tensor, o []*tu.Tensor, e unsafe.Pointer) error {
 						return activation.GeluFwd(on(x), approx, o[0].Ptr(), e)

@@ -18,6 +18,7 @@ const (
 	bufX  = iota // x's row (forward)
 	bufDY        // dy's row (backward)
 	bufY         // y's row (backward)
+	bufDX        // a 16-bit dx's row of float32 rows (backward)
 )
 
 func fwdCPU(xv, yv *core.View, _ unsafe.Pointer) error {
@@ -46,8 +47,12 @@ func bwdCPU(dyv, yv, dxv *core.View, _ unsafe.Pointer) error {
 		for r := lo; r < hi; r++ {
 			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(bufDY, cols))
 			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(bufY, cols))
+			over := dys // a 16-bit dx of float32 rows: not over dy itself
+			if dyv.DType != dxv.DType {
+				over = s.Buf(bufDX, cols)
+			}
 			dx := cpu.RowSpan(dxv, r)
-			out := dx.Out(0, dys) // 16-bit: over dy's float32 row
+			out := dx.Out(0, over) // 16-bit: over dy's float32 row
 			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
 			dx.Store(0, out)
 		}

@@ -15,18 +15,19 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	fwd.Register(core.DeviceCUDA, func(x, y *core.View, enc unsafe.Pointer) error {
-		return rowKernel(fwdKernel(x, y), enc, true, x, y)
+		return rowKernel(fwdKernel(x, y), x.DType, enc, true, x, y)
 	})
 	bwd.Register(core.DeviceCUDA, func(dy, y, dx *core.View, enc unsafe.Pointer) error {
-		return rowKernel("softmax_bwd", enc, false, dy, y, dx)
+		return rowKernel(bwdKernel(y, dx), dx.DType, enc, false, dy, y, dx)
 	})
 }
 
 // rowKernel launches a softmax row kernel over views (the first is the row
-// shape), passing each view's pointer and row stride, then the width. A
+// shape), its instance for dtype dt, passing each view's pointer and row
+// stride, then the width. A
 // kernel taking several rows a block (ahead: cuda.RowsAhead picks the
 // variant and grid) takes the row count before the width.
-func rowKernel(name string, enc unsafe.Pointer, ahead bool, vs ...*core.View) error {
+func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ...*core.View) error {
 	x := vs[0]
 	strides, err := dialect.RowStrides(vs...)
 	if err != nil {
@@ -37,9 +38,9 @@ func rowKernel(name string, enc unsafe.Pointer, ahead bool, vs ...*core.View) er
 		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
 	}
 	dev, threads := int(x.DeviceID), dialect.RowThreads(x.Cols, x.DType, 4)
-	kernel, blocks := dialect.Kernel(name, x.DType), x.Rows
+	kernel, blocks := dialect.Kernel(name, dt), x.Rows
 	if ahead {
-		if kernel, blocks, err = cuda.RowsAhead(dev, enc, name, x.DType, x.Rows, threads); err != nil {
+		if kernel, blocks, err = cuda.RowsAhead(dev, enc, name, dt, x.Rows, threads); err != nil {
 			return cuda.Backend(err)
 		}
 		args = append(args, cuda.I32(x.Rows))

@@ -4,14 +4,24 @@
 // it reduces and writes the current one.
 
 // stores the n values of a piece at element s of q, of element type DO
-// (DO may be wider than the input's: float32 output of 16-bit rows), whole
-// vectors of DO when vec
+// (DO may be wider than the input's: float32 output of 16-bit rows; or
+// narrower: the 16-bit gradient of float32 rows, four values, 8 bytes),
+// whole vectors of DO when vec
 template <class DO, int n>
 MC_DEVICE void softmax_store(MC_GLOBAL typename DO::T* q, int cols, bool vec, int s, MC_THREAD const float* val) {
     enum { M = Vec<DO>::N };
-    if (vec) {
+    if (vec && n >= M) {
         if (s < cols)
             for (int h = 0; h < n; h += M) Vec<DO>::store(q + s + h, val + h);
+        return;
+    }
+    if (vec && n * sizeof(typename DO::T) == 8) {
+        if (s < cols) {
+            uint2 raw;
+            MC_THREAD typename DO::T* e = (MC_THREAD typename DO::T*)&raw;
+            for (int j = 0; j < n; j++) e[j] = DO::pack(val[j]);
+            *(MC_GLOBAL uint2*)(q + s) = raw;
+        }
         return;
     }
     for (int j = 0; j < n; j++)
@@ -106,11 +116,12 @@ template <class D> struct Dot {
         for (int j = 0; j < N; j++) dot += d[j] * v[j];
     }
 };
-// dx = y * (dy - dot); dx may be dy: each piece is read before it is written
-template <class D> struct SoftmaxGrad {
+// dx = y * (dy - dot), dx of element type DO (D's, or 16-bit for float32
+// rows); dx may be dy (of one type): each piece is read before it is written
+template <class D, class DO> struct SoftmaxGrad {
     enum { N = Vec<D>::N };
     MC_GLOBAL const typename D::T* dy;
-    MC_GLOBAL typename D::T* dx;
+    MC_GLOBAL typename DO::T* dx;
     int cols;
     bool dyvec, dxvec;
     float dot;
@@ -118,14 +129,14 @@ template <class D> struct SoftmaxGrad {
         float d[N], o[N];
         mc_fetch<D>(dy, cols, dyvec, s, d);
         for (int j = 0; j < N; j++) o[j] = v[j] * (d[j] - dot);
-        mc_store<D>(dx, cols, dxvec, s, o);
+        softmax_store<DO, N>(dx, cols, dxvec, s, o);
     }
 };
 
 // dx = y * (dy - sum(dy * y))
-template <class D>
-MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy_, mc_i64 dys, MC_GLOBAL const void* y_,
-                           mc_i64 ys, MC_GLOBAL void* dx_, mc_i64 dxs, int cols) {
+template <class D, class DO>
+MC_DEVICE void softmax_grad_row(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy_, mc_i64 dys,
+                                MC_GLOBAL const void* y_, mc_i64 ys, MC_GLOBAL void* dx_, mc_i64 dxs, int cols) {
     typedef typename D::T T;
     enum { N = Vec<D>::N };
     mc_i64 r = MC_BLOCK;
@@ -134,11 +145,25 @@ MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy
     MC_GLOBAL const T* dy = (MC_GLOBAL const T*)dy_ + r * dys;
     Dot<D> dot = {dy, cols, mc_aligned(dy, cols, N), 0.f};
     mc_row_load(id, y, dot);
-    MC_GLOBAL T* dx = (MC_GLOBAL T*)dx_ + r * dxs;
-    SoftmaxGrad<D> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
+    MC_GLOBAL typename DO::T* dx = (MC_GLOBAL typename DO::T*)dx_ + r * dxs;
+    SoftmaxGrad<D, DO> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
     mc_row_each(id, y, grad);
 }
-MC_INSTANTIATE_GROUP(softmax_bwd, MC_BLOCK_SUM_SCRATCH, ,
-                     (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx,
-                      mc_i64 dxs, int cols),
-                     (dy, dys, y, ys, dx, dxs, cols))
+#define MC_SOFTMAX_BWD_PARAMS                                                                                   \
+    (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, \
+     int cols)
+#define MC_SOFTMAX_BWD_ARGS (dy, dys, y, ys, dx, dxs, cols)
+template <class D>
+MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y,
+                           mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, int cols) {
+    softmax_grad_row<D, D>(id, red, dy, dys, y, ys, dx, dxs, cols);
+}
+// float32 dy and y, dx of D (the gradient of softmax(x, dtype=float32) for
+// a 16-bit x, in x's dtype); the _f32 instance repeats softmax_bwd's
+template <class D>
+MC_DEVICE void softmax_bwd_f32in(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy, mc_i64 dys,
+                                 MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, int cols) {
+    softmax_grad_row<F32, D>(id, red, dy, dys, y, ys, dx, dxs, cols);
+}
+MC_INSTANTIATE_GROUP(softmax_bwd, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_BWD_PARAMS, MC_SOFTMAX_BWD_ARGS)
+MC_INSTANTIATE_GROUP(softmax_bwd_f32in, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_BWD_PARAMS, MC_SOFTMAX_BWD_ARGS)

@@ -39,7 +39,9 @@ func Fwd(x, y *core.Tensor, enc unsafe.Pointer) error {
 	return f(xv, yv, enc)
 }
 
-// Bwd: dx = y * (dy - sum(dy * y)) per row; dx may be dy.
+// Bwd: dx = y * (dy - sum(dy * y)) per row; dx may be dy. dy and y share a
+// dtype, and dx has it too, or is 16-bit where they are float32 (the
+// gradient of the upcasting forward, in its input's dtype).
 func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 	c := core.NewCall()
 	defer c.Free()
@@ -47,8 +49,17 @@ func Bwd(dy, y, dx *core.Tensor, enc unsafe.Pointer) error {
 	yv := c.In("y", y)
 	dxv := c.Out("dx", dx)
 	c.Check(func() error { return core.WantRows(dyv) })
-	c.Check(func() error { return core.LikeX(yv, dyv, dxv) })
-	c.AllowInPlace(dxv, dyv)
+	c.Check(func() error { return core.LikeX(yv, dyv) })
+	c.Check(func() error { return core.SameShape(yv, dxv) })
+	c.Check(func() error {
+		if yv.DType == core.F32 {
+			return nil
+		}
+		return core.SameDType(yv, dxv)
+	})
+	if dxv != nil && dyv != nil && dxv.DType == dyv.DType {
+		c.AllowInPlace(dxv, dyv)
+	}
 	f, err := core.Validated(c, enc, bwd)
 	if err != nil || yv.N == 0 {
 		return err
@@ -63,4 +74,14 @@ func fwdKernel(x, y *core.View) string {
 		return "softmax_fwd_f32out"
 	}
 	return "softmax_fwd"
+}
+
+// bwdKernel is the GPU backward kernel for y and dx, its instance chosen
+// by dx's dtype: a 16-bit dx of float32 rows takes the kernel that reads
+// float32.
+func bwdKernel(y, dx *core.View) string {
+	if dx.DType != y.DType {
+		return "softmax_bwd_f32in"
+	}
+	return "softmax_bwd"
 }

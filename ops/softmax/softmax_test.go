@@ -134,3 +134,39 @@ func TestBwd(t *testing.T) {
 		tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), tu.RMS(dyv)*tu.RMS(ys))
 	})
 }
+
+// Float32 dy and y with a 16-bit dx (the gradient of softmax(x,
+// dtype=torch.float32) in x's dtype): the float32 rows' gradient rounded
+// once to dx's dtype.
+func TestBwdFloat32Rows(t *testing.T) {
+	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+		if c.DT == core.F32 || c.InPlace {
+			return // the same dtype (TestBwd), or in place: not with two dtypes
+		}
+		rng := tu.RNG(t)
+		dy, y := c.New(c.Shape, core.F32), c.New(c.Shape, core.F32)
+		dyv := dy.Rand(rng, 1)
+		var ys []float64
+		for _, row := range tu.Rows(y.Rand(rng, 2), c.Cols()) {
+			ys = append(ys, RefSoftmax(row)...)
+		}
+		ys = y.Set(ys).Values()
+		dx := c.New(c.Shape, 0)
+		require.NoError(t, Bwd(dy.Ptr(), y.Ptr(), dx.Ptr(), nil), c)
+		var want []float64
+		dyRows := tu.Rows(dyv, c.Cols())
+		for r, row := range tu.Rows(ys, c.Cols()) {
+			want = append(want, RefSoftmaxBwd(dyRows[r], row)...)
+		}
+		tu.CloseScaled(t, c.String()+" 16-bit dx", dx.Values(), want, tu.Tol(c.DT), tu.RMS(dyv)*tu.RMS(ys))
+		require.True(t, dx.PaddingPoisoned(), "%v: wrote outside dx's elements", c)
+		require.Equal(t, dyv, dy.Values(), "%v: dy changed", c)
+	})
+	// a float32 dx of 16-bit rows, a dx of the other 16-bit type, and dy and
+	// y of two dtypes stay refused
+	for _, dts := range [][3]core.DType{{core.BF16, core.BF16, core.F32}, {core.F16, core.F16, core.BF16},
+		{core.F32, core.BF16, core.BF16}, {core.BF16, core.F32, core.BF16}} {
+		dy, y, dx := tu.New(dts[0], []int64{2, 8}), tu.New(dts[1], []int64{2, 8}), tu.New(dts[2], []int64{2, 8})
+		require.Equal(t, core.ErrUnsupportedDType, tu.Status(t, Bwd(dy.Ptr(), y.Ptr(), dx.Ptr(), nil)), "%v", dts)
+	}
+}

@@ -121,12 +121,11 @@ def layer_norm(kernels, dy, x, weight, bias, stats, eps, needs):
 
 
 def softmax(kernels, dy, y, x_dtype):
-    """dx in x's dtype (y is float32 where the forward upcast)."""
+    """dx in x's dtype (y is float32 where the forward upcast: the kernel
+    writes x's dtype, as PyTorch's backward of the upcast does)."""
     if torch.is_grad_enabled():  # in ops on y, which differentiate through the softmax again
-        dx = y * (dy - (dy * y).sum(-1, keepdim=True))
-    else:
-        dx = kernels.softmax_backward(dy.to(y.dtype), y)
-    return dx.to(x_dtype)
+        return (y * (dy - (dy * y).sum(-1, keepdim=True))).to(x_dtype)
+    return kernels.softmax_backward(dy.to(y.dtype), y, x_dtype)
 
 
 def gelu(kernels, dy, x, tanh_form):

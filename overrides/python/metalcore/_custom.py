@@ -128,8 +128,8 @@ def _(dy, x, weight, stats, want_dw, want_db):
 
 
 @torch.library.custom_op("metalcore::softmax_backward", mutates_args=())
-def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
-    return _kernels.softmax_backward(dy, y)
+def softmax_backward(dy: Tensor, y: Tensor, dtype: torch.dtype) -> Tensor:
+    return _kernels.softmax_backward(dy, y, dtype)
 
 
 @torch.library.custom_op("metalcore::gelu_backward", mutates_args=())
@@ -155,7 +155,7 @@ def cross_entropy_backward(logits: Tensor, target: Tensor, lse: Tensor, ignore_i
     return _kernels.cross_entropy_backward(logits, target, lse, ignore_index, smoothing, scale)
 
 
-softmax_backward.register_fake(lambda dy, y: torch.empty_like(y))
+softmax_backward.register_fake(lambda dy, y, dtype: torch.empty_like(y, dtype=dtype))
 cross_entropy_backward.register_fake(lambda logits, target, lse, ignore_index, smoothing, scale:
                                      torch.empty_like(logits))
 glu_backward.register_fake(lambda dy, gate, up, kind: (torch.empty_like(gate), torch.empty_like(up)))
@@ -177,8 +177,8 @@ class _Backward:
         return dx, _empty_as_none(dw, want_dw), _empty_as_none(db, want_db)
 
     @staticmethod
-    def softmax_backward(dy, y):
-        return softmax_backward(dy.contiguous(), y)
+    def softmax_backward(dy, y, dtype):
+        return softmax_backward(dy.contiguous(), y, dtype)
 
     @staticmethod
     def solve(a, b):

@@ -144,11 +144,13 @@ def softmax(x, upcast=False, forms=None):
     return y
 
 
-def softmax_backward(dy, y):
+def softmax_backward(dy, y, dtype=None):
+    """dx of dtype: y's (None), or a 16-bit dtype for a float32 y (the
+    upcasting forward's gradient, in its input's dtype)."""
     dy = dy.contiguous()
-    dx = torch.empty_like(y)
+    dx = torch.empty_like(y) if dtype is None or dtype == y.dtype else torch.empty_like(y, dtype=dtype)
     CALLS["softmax_bwd"] += 1
-    a = described(("softmax_bwd", form(dy), form(y)), (dy, y, dx))
+    a = described(("softmax_bwd", form(dy), form(y), dx.dtype), (dy, y, dx))
     run(_softmax_bwd, y, a[0], a[1], a[2])
     return dx
 

@@ -94,6 +94,24 @@ def test_pointwise_and_softmax(device, dtype, shape, op):
     close(dx, want, dtype, "dx", tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_upcast_gradient(device, dtype, shape):
+    """softmax(x, dtype=float32) of a 16-bit x: a float32 result, and x's
+    gradient in x's dtype written by the backward kernel itself (one
+    library call, no cast after it), as PyTorch's backward of the upcast."""
+    x, = leaves(device, dtype, shape, 3)
+    y = metalcore.softmax(x, -1, dtype=torch.float32)
+    assert y.dtype == torch.float32
+    close(y, torch.softmax(x.detach().double(), -1), torch.float32, "y")
+    dy = torch.randn(*shape, device=device)
+    metalcore.reset_call_counts()
+    dx = torch.autograd.grad(y, x, dy)[0]
+    assert dx.dtype == dtype and metalcore.call_counts().get("softmax_bwd") == 1
+    yd, dyd = y.detach().double(), dy.double()
+    close(dx, yd * (dyd - (dyd * yd).sum(-1, keepdim=True)), dtype, "dx")
+
+
 def test_module(device):
     m = metalcore.nn.RMSNorm(64, eps=1e-6, device=device)
     x = torch.randn(3, 64, device=device)
