@@ -149,9 +149,8 @@ MC_DEVICE void softmax_grad_row(MC_IDS, MC_GROUP float* red, MC_GLOBAL const voi
     SoftmaxGrad<D, DO> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
     mc_row_each(id, y, grad);
 }
-#define MC_SOFTMAX_BWD_PARAMS                                                                                   \
-    (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, \
-     int cols)
+#define MC_SOFTMAX_BWD_PARAMS \
+    (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, int cols)
 #define MC_SOFTMAX_BWD_ARGS (dy, dys, y, ys, dx, dxs, cols)
 template <class D>
 MC_DEVICE void softmax_bwd(MC_IDS, MC_GROUP float* red, MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y,
