@@ -121,8 +121,9 @@ func CallScratch() (s *Scratch, release func()) {
 }
 
 // Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), of about
-// equal length, at most Threads() of them and no more than n/grain rounded
-// up, and returns when all are done.
+// equal length, no more than n/grain rounded up and piecesPerWorker for
+// each of the at most Threads() goroutines that run them (the caller one of
+// them), and returns when all are done.
 //
 // The pieces are claimed, not assigned: the caller and the goroutines it
 // starts each take the next unclaimed piece until none is left, so the
@@ -135,11 +136,13 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 	if n <= 0 {
 		return
 	}
-	pieces := min(Threads(), (n+grain-1)/max(grain, 1))
-	if pieces <= 1 {
+	most := (n + grain - 1) / max(grain, 1)
+	workers := min(Threads(), most)
+	if workers <= 1 {
 		run(0, n, fn)
 		return
 	}
+	pieces := min(piecesPerWorker*workers, most)
 	var (
 		next   atomic.Int64 // the next piece to claim
 		wg     sync.WaitGroup
@@ -157,7 +160,7 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 			}()
 		}
 	}
-	for range pieces - 1 {
+	for range workers - 1 {
 		go claim()
 	}
 	claim()
@@ -185,3 +188,9 @@ func RowGrain(cols int) int { return max(1, GrainElements/max(cols, 1)) }
 
 // GrainElements is the fewest elements a piece of Parallel takes over rows.
 const GrainElements = 16384
+
+// piecesPerWorker is how many pieces Parallel cuts for each goroutine it
+// starts: a worker that starts late (a woken thread can take longer than
+// the call) then takes a small piece, where with one piece each the
+// caller, done with its own, waited for the late worker's whole half.
+const piecesPerWorker = 4

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -65,8 +66,9 @@ func TestScratchOutOfMemoryIsAnError(t *testing.T) {
 	require.Nil(t, s.mapped[1])
 }
 
-// Parallel covers [0, n) exactly once, in no more pieces than threads and
-// than n/grain rounded up, at every thread count.
+// Parallel covers [0, n) exactly once, in no more pieces than
+// piecesPerWorker a thread and than n/grain rounded up, at most threads of
+// them running at once, at every thread count.
 func TestParallelCoversOnce(t *testing.T) {
 	defer SetThreads(SetThreads(1))
 	for _, threads := range []int{1, 2, 3, 8, 64} {
@@ -74,17 +76,26 @@ func TestParallelCoversOnce(t *testing.T) {
 		for _, n := range []int{1, 2, 7, 100, 1000, 4097} {
 			for _, grain := range []int{1, 3, 64, 5000} {
 				seen := make([]atomic.Int32, n)
-				var pieces atomic.Int32
+				var pieces, running, most atomic.Int32
 				Parallel(n, grain, func(lo, hi int, _ *Scratch) {
 					pieces.Add(1)
+					now := running.Add(1)
+					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+					}
 					for i := lo; i < hi; i++ {
 						seen[i].Add(1)
 					}
+					running.Add(-1)
 				})
 				for i := range seen {
 					require.Equal(t, int32(1), seen[i].Load(), "threads %d n %d grain %d index %d", threads, n, grain, i)
 				}
-				require.LessOrEqual(t, int(pieces.Load()), min(threads, (n+grain-1)/grain), "threads %d n %d grain %d", threads, n, grain)
+				what := fmt.Sprintf("threads %d n %d grain %d", threads, n, grain)
+				require.LessOrEqual(t, int(pieces.Load()), min(piecesPerWorker*threads, (n+grain-1)/grain), what)
+				require.LessOrEqual(t, int(most.Load()), threads, what)
+				if threads == 1 {
+					require.Equal(t, int32(1), pieces.Load(), what)
+				}
 			}
 		}
 	}
