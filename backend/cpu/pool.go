@@ -136,13 +136,13 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 	if n <= 0 {
 		return
 	}
-	most := (n + grain - 1) / max(grain, 1)
-	workers := min(Threads(), most)
+	grains := (n + grain - 1) / max(grain, 1) // the most pieces there can be
+	workers := min(Threads(), grains)
 	if workers <= 1 {
 		run(0, n, fn)
 		return
 	}
-	pieces := min(piecesPerWorker*workers, most)
+	pieces := min(piecesPerWorker*workers, grains)
 	var (
 		next   atomic.Int64 // the next piece to claim
 		wg     sync.WaitGroup
