@@ -18,7 +18,7 @@ const (
 	bufX  = iota // x's row (forward)
 	bufDY        // dy's row (backward)
 	bufY         // y's row (backward)
-	bufDX        // a 16-bit dx's row of float32 rows (backward)
+	bufDX        // a 16-bit dx's row where dy is float32 (backward)
 )
 
 func fwdCPU(xv, yv *core.View, _ unsafe.Pointer) error {
@@ -47,12 +47,14 @@ func bwdCPU(dyv, yv, dxv *core.View, _ unsafe.Pointer) error {
 		for r := lo; r < hi; r++ {
 			dys := cpu.RowSpan(dyv, r).Load(0, s.Buf(bufDY, cols))
 			ys := cpu.RowSpan(yv, r).Load(0, s.Buf(bufY, cols))
-			over := dys // a 16-bit dx of float32 rows: not over dy itself
+			// a 16-bit dx is computed over dy's converted row, or in a scratch
+			// row where dy is float32 (its row is dy's own memory)
+			over := dys
 			if dyv.DType != dxv.DType {
 				over = s.Buf(bufDX, cols)
 			}
 			dx := cpu.RowSpan(dxv, r)
-			out := dx.Out(0, over) // 16-bit: over dy's float32 row
+			out := dx.Out(0, over)
 			k.SoftmaxGrad(out, ys, dys, k.Dot(dys, ys))
 			dx.Store(0, out)
 		}
