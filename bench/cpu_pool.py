@@ -14,24 +14,14 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-
-
-def us(fn, n):
-    fn()
-    rounds = []
-    for _ in range(9):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - t) / n * 1e6)
-    return statistics.median(rounds)
 
 
 def cases():
     import torch
+    import harness
     import metalcore
     from metalcore import _kernels
+    us = harness.per_call_us
     torch.manual_seed(0)
     out = {}
     for rows in (64, 256, 1024):

@@ -1,6 +1,7 @@
 """What the Python package's benchmarks share: the devices a run measures,
 each device's description, with PyTorch's CPU threads set to metalcore's
-(CPU comparisons run at equal thread counts), and a call's median time."""
+(CPU comparisons run at equal thread counts), a call's median time, and
+the time per call of back-to-back calls."""
 import statistics
 import sys
 import time
@@ -40,3 +41,16 @@ def timed(fn, device, rounds=None):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
+
+
+def per_call_us(fn, calls, rounds=9):
+    """fn's time per call in microseconds on the CPU: the median over
+    rounds of the mean of calls back-to-back calls, after one untimed."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)

@@ -9,8 +9,6 @@ and bfloat16. Each cell is PyTorch's time over metalcore's (above 1:
 metalcore faster), the median of 5 rounds. An op is on by default for a
 dtype where it is faster at mid size forward and forward + backward
 (metalcore.DEFAULTS); the tiny column is what a small call pays."""
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -20,17 +18,6 @@ import metalcore
 
 ORIGINAL = {n: getattr(F, n) for n in ("layer_norm", "softmax", "gelu", "silu")}
 ORIGINAL["rms_norm"] = getattr(F, "rms_norm", None)
-
-
-def seconds(fn, calls):
-    fn()
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t) / calls)
-    return statistics.median(times)
 
 
 def call(op, fns, x, w, b):
@@ -74,15 +61,15 @@ def main():
                     else:
                         with torch.no_grad():
                             call(op, fns, x, w, b)
-                theirs = seconds(lambda: step(ORIGINAL), 5)
+                theirs = harness.per_call_us(lambda: step(ORIGINAL), 5, 5)
                 with metalcore.pytorch_overrides([op]):
                     patched = {n: getattr(F, n, None) for n in ORIGINAL}
-                    ours = seconds(lambda: step(patched), 5)
+                    ours = harness.per_call_us(lambda: step(patched), 5, 5)
                 cells.append(f"{theirs / ours:.2f}")
-            t_theirs = seconds(lambda: call(op, ORIGINAL, tiny, tw, tb), 2000) * 1e6
+            t_theirs = harness.per_call_us(lambda: call(op, ORIGINAL, tiny, tw, tb), 2000, 5)
             with metalcore.pytorch_overrides([op]):
                 patched = {n: getattr(F, n, None) for n in ORIGINAL}
-                t_ours = seconds(lambda: call(op, patched, tiny, tw, tb), 2000) * 1e6
+                t_ours = harness.per_call_us(lambda: call(op, patched, tiny, tw, tb), 2000, 5)
             print(f"| {op} | {str(dtype)[6:]} | {cells[0]} | {cells[1]} | {t_theirs:.1f} / {t_ours:.1f} |")
 
 
