@@ -293,6 +293,18 @@ PYBENCH = PYTHONPATH=overrides/python $(PYTHON)
 bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-llm-ops bench-llm-step bench-linalg: bench-%:
 	$(PYBENCH) bench/$(subst -,_,$*).py > bench/$(subst -,_,$*).md.tmp && mv bench/$(subst -,_,$*).md.tmp bench/$(subst -,_,$*).md
 
+# Two builds of the library on the CPU (bench/cpu_pool.py): POOL_BASE, a
+# git revision (by default the one before cpu.Parallel cut several pieces
+# per worker), built in a worktree under build/, against this tree's.
+POOL_BASE ?= 23638be~1
+.PHONY: bench-cpu-pool
+bench-cpu-pool: $(LIB)
+	rm -rf build/pool-base && git worktree prune && git worktree add -f --detach build/pool-base $(POOL_BASE)
+	$(MAKE) -C build/pool-base all
+	$(PYBENCH) bench/cpu_pool.py build/pool-base/build/libmetalcore.so $(LIB) 3 > bench/cpu-pool.md.tmp && \
+		mv bench/cpu-pool.md.tmp bench/cpu-pool.md
+	git worktree remove --force build/pool-base
+
 # What a GPU machine without Go needs to run tests/gpu/run.sh and
 # bench/cuda_bench.py: the library, the C ABI test, the op suites compiled.
 GPU_PKGS = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./backend/cuda ./ops/... | sed 's|^metalcore/||')
