@@ -67,7 +67,7 @@ def main():
           f"`python3 bench/cpu_pool.py A.so B.so {rounds}`: microseconds, the median over {rounds} "
           "alternating processes of each process's median; speed is A's time over B's.\n")
     a, b = builds
-    print(f"| case | A µs | B µs | speed |")
+    print("| case | A µs | B µs | speed |")
     print("|---|---:|---:|---:|")
     for k in got[a]:
         ta, tb = statistics.median(got[a][k]), statistics.median(got[b][k])

@@ -43,14 +43,22 @@ def timed(fn, device, rounds=None):
     return statistics.median(times) * 1e3
 
 
-def per_call_us(fn, calls, rounds=9):
-    """fn's time per call in microseconds on the CPU: the median over
-    rounds of the mean of calls back-to-back calls, after one untimed."""
+def round_us(fn, calls, device="cpu"):
+    """The mean time of calls back-to-back calls of fn, in microseconds (on
+    CUDA, host time: the GPU drained before and after, not inside)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - start) / calls * 1e6
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return us
+
+
+def per_call_us(fn, calls, rounds=9, device="cpu"):
+    """fn's time per call in microseconds: the median of rounds rounds of
+    round_us, after one untimed call."""
     fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
+    return statistics.median(round_us(fn, calls, device) for _ in range(rounds))

@@ -30,23 +30,9 @@ ROUNDS, CALLS = 15, 1000
 OVERRIDDEN = ("layer_norm", "softmax", "gelu", "silu")
 
 
-def round_us(fn, device, calls):
-    """The mean host time of calls back-to-back calls of fn."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    us = (time.perf_counter() - t) / calls * 1e6
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return us
-
-
 def host_us(fn, device, calls=CALLS):
     """fn's host time: the median of ROUNDS rounds."""
-    fn()
-    return statistics.median(round_us(fn, device, calls) for _ in range(ROUNDS))
+    return harness.per_call_us(fn, calls, ROUNDS, device)
 
 
 def paired_us(ours, theirs, device, calls=CALLS, around=contextlib.nullcontext):
@@ -57,9 +43,9 @@ def paired_us(ours, theirs, device, calls=CALLS, around=contextlib.nullcontext):
     theirs()
     t_ours, t_theirs = [], []
     for _ in range(ROUNDS):
-        t_theirs.append(round_us(theirs, device, calls))
+        t_theirs.append(harness.round_us(theirs, calls, device))
         with around():
-            t_ours.append(round_us(ours, device, calls))
+            t_ours.append(harness.round_us(ours, calls, device))
     return statistics.median(t_ours), statistics.median(t_theirs)
 
 
