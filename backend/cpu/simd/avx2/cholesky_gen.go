@@ -57,15 +57,18 @@ func choleskyLanes(a []float32, n int, info []int32) {
 // and a column in qvLanes.
 func rowDot(x, y []float32, m int) vf {
 	var s0, s1, s2, s3 vf
-	k := 0
-	for ; k+3 < m; k += 4 {
-		s0 = load(x, k*W).MulAdd(load(y, k*W), s0)
-		s1 = load(x, (k+1)*W).MulAdd(load(y, (k+1)*W), s1)
-		s2 = load(x, (k+2)*W).MulAdd(load(y, (k+2)*W), s2)
-		s3 = load(x, (k+3)*W).MulAdd(load(y, (k+3)*W), s3)
+	x, y = x[:m*W], y[:m*W]
+	for len(x) >= 4*W {
+		xb, yb := (*block4)(x), (*block4)(y)
+		s0 = xb.at(0).MulAdd(yb.at(0), s0)
+		s1 = xb.at(1).MulAdd(yb.at(1), s1)
+		s2 = xb.at(2).MulAdd(yb.at(2), s2)
+		s3 = xb.at(3).MulAdd(yb.at(3), s3)
+		x, y = x[4*W:], y[4*W:]
 	}
-	for ; k < m; k++ {
-		s0 = load(x, k*W).MulAdd(load(y, k*W), s0)
+	for len(x) >= W {
+		s0 = load(x, 0).MulAdd(load(y, 0), s0)
+		x, y = x[W:], y[W:]
 	}
 	return s0.Add(s1).Add(s2.Add(s3))
 }

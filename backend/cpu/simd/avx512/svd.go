@@ -49,6 +49,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	absBits, signBit := splatI(0x7fffffff), splatI(math.MinInt32)
 	abs := func(x vf) vf { return asF(asI(x).And(absBits)) }
 	one, half, stop, tol2 := splat(1), splat(0.5), splat(max(tol, simd.SVDStopSin)), splat(tol*tol)
+	shrunk := splat(1.0 / 16)
 	var norms [maxSVDCols * W]float32 // each column's stored entries' ‖x‖²
 	var scales columnScales
 	for j := range cols {
@@ -57,7 +58,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	frobenius2 := scales.fold(b, v, norms[:], rows, cols) // the norms at first
 	residue := frobenius2.Mul(splat(4 * tol * tol))       // ops/svd's frozen
 	var rotated uint64                                    // the lanes that rotated in this sweep
-	var pending rotation                                  // V's rotation still to apply
+	var pending rotations                                 // V's rotations still to apply
 	for range maxSweeps {
 		rotated = 0
 		for p := 0; p < cols-1; p++ {
@@ -85,22 +86,29 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				rotated |= uint64(abs(t).Greater(stop.Mul(r)).ToBits()) // smaller ones still rotate, and end the sweeps
 				inv := one.Div(dx.Mul(dy))
 				mx, my := zero().Sub(t.Mul(dy)).Mul(dy.Mul(inv)), t.Mul(dx).Mul(dx.Mul(inv))
-				// the new norms (a lane that does not turn keeps its columns)
-				ax, ay := turnScaled(xs, ys, mx, my)
+				// the new norms (a lane that does not turn keeps its columns):
+				// ‖x + mx y‖² from the old ones and x·y, unless that cancels
+				// (a norm falls below shrunk of what it was, where its
+				// rounding error would pass 4 / shrunk ulps): from the new
+				// entries then
+				g2 := g.Add(g)
+				ax := mx.MulAdd(g2, nx).Add(mx.Mul(mx).Mul(ny))
+				ay := my.MulAdd(g2, ny).Add(my.Mul(my).Mul(nx))
+				if ax.Less(nx.Mul(shrunk)).Or(ay.Less(ny.Mul(shrunk))).ToBits() != 0 {
+					ax, ay = turnScaled(xs, ys, mx, my)
+				} else {
+					turnScaledV(xs, ys, mx, my)
+				}
 				store(ax, norms[:], p*W)
 				store(ay, norms[:], q*W)
-				// V's rotation for the pair before: its entries take it while
-				// this pair's divisions and roots are still on their way
-				pending.turn(v, vcol)
-				pending = rotation{p, q, mx, my}
+				pending.add(v, vcol, p, q, mx, my)
 				// both scales times c = 1 - k, k = t² / (r (1 + r)) exactly
 				k := t.Mul(t).Div(r.MulAdd(r, r))
 				scales.shrink(p, k)
 				scales.shrink(q, k)
 			}
 		}
-		pending.turn(v, vcol)
-		pending = rotation{}
+		pending.flush(v, vcol)
 		scales.fold(b, v, norms[:], rows, cols)
 		if rotated == 0 {
 			break
@@ -200,22 +208,74 @@ func turnScaled(x, y []float32, mx, my vf) (ax, ay vf) {
 	return ax.Add(bx), ay.Add(by)
 }
 
-// rotation is a scaled rotation of columns p and q of svdLanes' V (none
-// where p = q).
-type rotation struct {
-	p, q   int
-	mx, my vf
+// rotations are V's scaled rotations still to apply: columns p and q[j]
+// by mx[j] and my[j], j in order, for the first n. They are applied in one
+// pass over the entries, column p read and written once for all of them
+// (the same operations in the same order as a pass each: V's stores, which
+// bound a rotation, go from two columns a rotation to one more than the
+// rotations).
+type rotations struct {
+	p, n   int
+	q      [4]int
+	mx, my [4]vf
 }
 
-func (r rotation) turn(v []float32, vcol int) {
-	if r.p == r.q {
-		return
+// add appends the rotation of columns p and q, applying those before it
+// first where they rotate another p or there are four.
+func (r *rotations) add(v []float32, vcol, p, q int, mx, my vf) {
+	if r.n == len(r.q) || r.n > 0 && r.p != p {
+		r.flush(v, vcol)
 	}
-	x, y := v[r.p*vcol:(r.p+1)*vcol], v[r.q*vcol:(r.q+1)*vcol]
+	r.p, r.q[r.n], r.mx[r.n], r.my[r.n] = p, q, mx, my
+	r.n++
+}
+
+// flush applies the rotations to v's columns (vcol entries each).
+func (r *rotations) flush(v []float32, vcol int) {
+	x := v[r.p*vcol : (r.p+1)*vcol]
+	y := func(j int) []float32 { return v[r.q[j]*vcol : (r.q[j]+1)*vcol] }
+	if r.n == len(r.q) {
+		turn4(x, y(0), y(1), y(2), y(3), r)
+	} else {
+		for j := range r.n {
+			turnScaledV(x, y(j), r.mx[j], r.my[j])
+		}
+	}
+	r.n = 0
+}
+
+// turn4 applies r's four rotations to x and y0..y3, a vector of entries at
+// a time.
+func turn4(x, y0, y1, y2, y3 []float32, r *rotations) {
+	n := len(x)
+	y0, y1, y2, y3 = y0[:n], y1[:n], y2[:n], y3[:n]
+	mx0, mx1, mx2, mx3 := r.mx[0], r.mx[1], r.mx[2], r.mx[3]
+	my0, my1, my2, my3 := r.my[0], r.my[1], r.my[2], r.my[3]
+	for i := 0; i+W <= n; i += W {
+		a := load(x, i)
+		b := load(y0, i)
+		a, b = mx0.MulAdd(b, a), my0.MulAdd(a, b)
+		store(b, y0, i)
+		b = load(y1, i)
+		a, b = mx1.MulAdd(b, a), my1.MulAdd(a, b)
+		store(b, y1, i)
+		b = load(y2, i)
+		a, b = mx2.MulAdd(b, a), my2.MulAdd(a, b)
+		store(b, y2, i)
+		b = load(y3, i)
+		a, b = mx3.MulAdd(b, a), my3.MulAdd(a, b)
+		store(b, y3, i)
+		store(a, x, i)
+	}
+}
+
+// turnScaledV is turnScaled without the norms (V's columns).
+func turnScaledV(x, y []float32, mx, my vf) {
+	y = y[:len(x)]
 	for i := 0; i+W <= len(x); i += W {
 		x0, y0 := load(x, i), load(y, i)
-		store(r.mx.MulAdd(y0, x0), x, i)
-		store(r.my.MulAdd(x0, y0), y, i)
+		store(mx.MulAdd(y0, x0), x, i)
+		store(my.MulAdd(x0, y0), y, i)
 	}
 }
 

@@ -33,6 +33,13 @@ func asF(v vi) vf        { return v.AsFloat32x16() }
 func load(s []float32, i int) vf     { return loadArray((*[W]float32)(s[i : i+W])) }
 func loadArray(a *[W]float32) vf     { return archsimd.LoadFloat32x16(a) }
 func store(v vf, s []float32, i int) { v.Store((*[W]float32)(s[i : i+W])) }
+
+// block4 is four vectors side by side: one bounds check for the four
+// (load's are two a vector), where a loop walks a slice by whole blocks.
+type block4 [4 * W]float32
+
+func (b *block4) at(j int) vf     { return loadArray((*[W]float32)(b[j*W : (j+1)*W])) }
+func (b *block4) put(j int, v vf) { v.Store((*[W]float32)(b[j*W : (j+1)*W])) }
 func loadU16(s []uint16, i int) vi {
 	return archsimd.LoadUint16x16((*[W]uint16)(s[i : i+W])).ExtendToUint32().AsInt32x16()
 }
