@@ -64,9 +64,15 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	for range maxSweeps {
 		rotated = 0
 		for p := 0; p < cols-1; p++ {
+			var next vf // x·y of this pair, where the rotation before formed it
+			formed := false
 			for q := p + 1; q < cols; q++ {
 				xs, ys := b[p*col:(p+1)*col], b[q*col:(q+1)*col]
-				g := rowDot(xs, ys, rows)
+				g := next
+				if !formed {
+					g = rowDot(xs, ys, rows)
+				}
+				formed = false
 				nx, ny := load(norms[:], p*W), load(norms[:], q*W)
 				dx, dy := load(scales.high[:], p*W), load(scales.high[:], q*W)
 				alpha, beta := dx.Mul(dx).Mul(nx), dy.Mul(dy).Mul(ny)
@@ -94,16 +100,21 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				// rounding error would pass 4 / shrunk ulps): from the new
 				// entries then
 				g2 := g.Add(g)
+				// (V's rotations before this one, where add applies them, run
+				// while its divisions and roots are on their way)
+				pending.add(v, vcol, p, q, mx, my)
 				ax := mx.MulAdd(g2, nx).Add(mx.Mul(mx).Mul(ny))
 				ay := my.MulAdd(g2, ny).Add(my.Mul(my).Mul(nx))
-				if ax.Less(nx.Mul(shrunk)).Or(ay.Less(ny.Mul(shrunk))).ToBits() != 0 {
+				switch {
+				case ax.Less(nx.Mul(shrunk)).Or(ay.Less(ny.Mul(shrunk))).ToBits() != 0:
 					ax, ay = turnScaled(xs, ys, mx, my)
-				} else {
+				case q+1 < cols: // and the next pair's product, x's new entries at hand
+					next, formed = turnScaledDot(xs, ys, b[(q+1)*col:(q+2)*col], mx, my), true
+				default:
 					turnScaledV(xs, ys, mx, my)
 				}
 				store(ax, norms[:], p*W)
 				store(ay, norms[:], q*W)
-				pending.add(v, vcol, p, q, mx, my)
 				// both scales times c = 1 - k, k = t² / (r (1 + r)) exactly
 				k := t.Mul(t).Div(r.MulAdd(r, r))
 				scales.shrink(p, k)
@@ -269,6 +280,39 @@ func turn4(x, y0, y1, y2, y3 []float32, r *rotations) {
 		store(b, y3, i)
 		store(a, x, i)
 	}
+}
+
+// turnScaledDot is turnScaledV of x and y, returning x's new entries' product
+// with z (rowDot's sums).
+func turnScaledDot(x, y, z []float32, mx, my vf) vf {
+	var s0, s1, s2, s3 vf
+	y, z = y[:len(x)], z[:len(x)]
+	for len(x) >= 4*W {
+		xb, yb, zb := (*block4)(x), (*block4)(y), (*block4)(z)
+		x0, y0, x1, y1 := xb.at(0), yb.at(0), xb.at(1), yb.at(1)
+		x2, y2, x3, y3 := xb.at(2), yb.at(2), xb.at(3), yb.at(3)
+		x0, y0, x1, y1 = mx.MulAdd(y0, x0), my.MulAdd(x0, y0), mx.MulAdd(y1, x1), my.MulAdd(x1, y1)
+		x2, y2, x3, y3 = mx.MulAdd(y2, x2), my.MulAdd(x2, y2), mx.MulAdd(y3, x3), my.MulAdd(x3, y3)
+		xb.put(0, x0)
+		yb.put(0, y0)
+		xb.put(1, x1)
+		yb.put(1, y1)
+		xb.put(2, x2)
+		yb.put(2, y2)
+		xb.put(3, x3)
+		yb.put(3, y3)
+		s0, s1, s2, s3 = x0.MulAdd(zb.at(0), s0), x1.MulAdd(zb.at(1), s1), x2.MulAdd(zb.at(2), s2), x3.MulAdd(zb.at(3), s3)
+		x, y, z = x[4*W:], y[4*W:], z[4*W:]
+	}
+	for len(x) >= W {
+		x0, y0 := load(x, 0), load(y, 0)
+		x0, y0 = mx.MulAdd(y0, x0), my.MulAdd(x0, y0)
+		store(x0, x, 0)
+		store(y0, y, 0)
+		s0 = x0.MulAdd(load(z, 0), s0)
+		x, y, z = x[W:], y[W:], z[W:]
+	}
+	return s0.Add(s1).Add(s2.Add(s3))
 }
 
 // turnScaledV is turnScaled without the norms (V's columns).

@@ -39,6 +39,8 @@ type block4 [4 * W]float32
 
 func (b *block4) at(j int) vf { return loadArray((*[W]float32)(b[j*W : (j+1)*W])) }
 
+func (b *block4) put(j int, v vf) { v.Store((*[W]float32)(b[j*W : (j+1)*W])) }
+
 func loadU16(s []uint16, i int) vi {
 	return archsimd.LoadUint16x8((*[W]uint16)(s[i : i+W])).ExtendToUint32().AsInt32x8()
 }
