@@ -59,6 +59,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 	residue := frobenius2.Mul(splat(4 * tol * tol))       // ops/svd's frozen
 	var rotated uint64                                    // the lanes that rotated in this sweep
 	var pending rotations                                 // V's rotations still to apply
+	folded := true
 	for range maxSweeps {
 		rotated = 0
 		for p := 0; p < cols-1; p++ {
@@ -120,10 +121,21 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 			}
 		}
 		pending.flush(v, vcol)
-		scales.fold(b, v, norms[:], rows, cols)
+		// the scales go into the columns once one could underflow, or
+		// the sweeps end; the norms are formed anew from the entries each
+		// sweep
+		folded = rotated == 0 || scales.least(cols) < 0x1p-20
+		if folded {
+			scales.fold(b, v, norms[:], rows, cols)
+		} else {
+			columnNorms(b, norms[:], rows, cols)
+		}
 		if rotated == 0 {
 			break
 		}
+	}
+	if !folded {
+		scales.fold(b, v, norms[:], rows, cols)
 	}
 	archsimd.ClearAVXUpperBits()
 	for l := range info {
@@ -176,6 +188,30 @@ func (d *columnScales) fold(b, v, norms []float32, rows, cols int) (frobenius2 v
 		store(zero(), d.low[:], j*W)
 	}
 	return frobenius2
+}
+
+// least is the smallest of the first cols columns' scales, in any lane.
+func (d *columnScales) least(cols int) float32 {
+	m := load(d.high[:], 0)
+	for j := 1; j < cols; j++ {
+		m = m.Min(load(d.high[:], j*W))
+	}
+	var lanes [W]float32
+	m.Store(&lanes)
+	least := lanes[0]
+	for _, x := range lanes[1:] {
+		least = min(least, x)
+	}
+	return least
+}
+
+// columnNorms writes the squared norm of each of the first cols columns of
+// b (rows entries) to norms.
+func columnNorms(b, norms []float32, rows, cols int) {
+	col := rows * W
+	for j := range cols {
+		store(rowDot(b[j*col:(j+1)*col], b[j*col:(j+1)*col], rows), norms, j*W)
+	}
 }
 
 // scaleCol multiplies x by hi + lo and returns its new squared norm.
