@@ -111,17 +111,18 @@ func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float
 	// the largest magnitude: as magnitudes, float32s order as their bits do
 	// (an infinity's above every finite one's, a NaN's above that), four
 	// maxima at a time
-	var top [4]uint32
+	var t0, t1, t2, t3 uint32
 	i := 0
 	for ; i+4 <= len(src); i += 4 {
-		for k := range top {
-			top[k] = max(top[k], math.Float32bits(src[i+k])&0x7fffffff)
-		}
+		t0 = max(t0, math.Float32bits(src[i])&0x7fffffff)
+		t1 = max(t1, math.Float32bits(src[i+1])&0x7fffffff)
+		t2 = max(t2, math.Float32bits(src[i+2])&0x7fffffff)
+		t3 = max(t3, math.Float32bits(src[i+3])&0x7fffffff)
 	}
 	for ; i < len(src); i++ {
-		top[0] = max(top[0], math.Float32bits(src[i])&0x7fffffff)
+		t0 = max(t0, math.Float32bits(src[i])&0x7fffffff)
 	}
-	bits := max(top[0], top[1], top[2], top[3])
+	bits := max(t0, t1, t2, t3)
 	if bits >= 0x7f800000 { // an entry not finite
 		clear(bm)
 		return float32(math.NaN())
@@ -136,8 +137,15 @@ func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float
 	// B is A (tall) or Aᵀ (wide): A's rows are B's rows by rows, or B's
 	// columns by columns
 	if (m >= n) == byRows {
-		for i, x := range src {
-			bm[i] = float32(float64(x) * scale)
+		if s := float32(scale); s >= 0x1p-126 && s <= 0x1p127 { // a float32 product is the same, and cheaper
+			bm = bm[:len(src)]
+			for i, x := range src {
+				bm[i] = x * s
+			}
+		} else {
+			for i, x := range src {
+				bm[i] = float32(float64(x) * scale)
+			}
 		}
 	} else {
 		for i := range m {
