@@ -54,20 +54,24 @@ def rows(x):
     return x.numel() // n if n else math.prod(x.shape[:-1])
 
 
-_ROWS = ("rows",)  # the entry of a Forms' plans holding its first tensor's row count
+# The entries of a Forms' plans holding a template of its first tensor's
+# row statistics, by statistics a row.
+_STATS = {1: ("row stats", 1), 2: ("row stats", 2)}
 
 
 def _row_stats(x, per_row=1, forms=None):
     """float32 [per_row * rows] on x's device: an rstd per row, or
     LayerNorm's statistics (every row's mean, then every row's rstd); forms:
-    x's (admit's), which keep its row count."""
+    x's (admit's), which keep a template of them: one float32 expanded to
+    their shape (4 bytes kept), whose empty_like is a fresh contiguous
+    tensor of that shape and costs half of torch.empty's keyword parsing."""
     if forms is None:
-        n = rows(x)
-    else:
-        n = forms.plans.get(_ROWS)
-        if n is None:
-            n = forms.plans[_ROWS] = rows(x)
-    return torch.empty(per_row * n, dtype=torch.float32, device=x.device)  # new_empty costs more
+        return torch.empty(per_row * rows(x), dtype=torch.float32, device=x.device)
+    key = _STATS[per_row]
+    template = forms.plans.get(key)
+    if template is None:
+        template = forms.plans[key] = torch.empty(1, dtype=torch.float32, device=x.device).expand(per_row * rows(x))
+    return torch.empty_like(template)
 
 
 # Each call's tensors are described through described(): the key names the

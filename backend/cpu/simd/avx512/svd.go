@@ -27,10 +27,12 @@ import (
 // one multiply-add an entry where a plain rotation takes two. The scales
 // are float32 pairs (1 - c kept exactly: a small angle's c rounds to 1,
 // which would grow every norm by s² a rotation) and are multiplied into the
-// columns after each sweep, before they could overflow. Each column's
-// squared norm (of its stored entries) is formed once and again from the
-// new entries of each rotation of it (an update ‖x‖² - t x·y cancels where
-// y was nearly parallel to x).
+// columns once one falls below 2⁻²⁰, before they could underflow, and when
+// the sweeps end. Each column's squared norm (of its stored entries) is
+// formed from its entries at each sweep's start, and a rotation updates it
+// from the old norms and x·y; where that would cancel (a norm falling below
+// 1/16 of what it was: y nearly parallel to x) it is formed from the new
+// entries instead.
 func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps int, info []int32) {
 	info = info[:W]
 	col, vcol := rows*W, cols*W
