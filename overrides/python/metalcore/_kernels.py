@@ -129,7 +129,7 @@ def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
     dy = dy.contiguous()
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight) if want_dw else None
-    db = torch.empty(x.shape[-1], dtype=x.dtype, device=x.device) if want_db else None
+    db = (torch.empty_like(weight) if weight is not None else x.new_empty(x.shape[-1])) if want_db else None
     ws = _workspace(lib.mc_layernorm_bwd_workspace_size, x) if (want_dw or want_db) else None
     CALLS["layernorm_bwd"] += 1
     a = described(("layernorm_bwd", form(dy), form(x), form(weight), form(stats), form(ws), want_dw, want_db),
