@@ -95,15 +95,15 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 				rotated |= uint64(abs(t).Greater(stop.Mul(r)).ToBits()) // smaller ones still rotate, and end the sweeps
 				inv := one.Div(dx.Mul(dy))
 				mx, my := zero().Sub(t.Mul(dy)).Mul(dy.Mul(inv)), t.Mul(dx).Mul(dx.Mul(inv))
+				// (V's rotations before this one, where add applies them, run
+				// while its divisions and roots are on their way)
+				pending.add(v, vcol, p, q, mx, my)
 				// the new norms (a lane that does not turn keeps its columns):
 				// ‖x + mx y‖² from the old ones and x·y, unless that cancels
 				// (a norm falls below shrunk of what it was, where its
 				// rounding error would pass 4 / shrunk ulps): from the new
 				// entries then
 				g2 := g.Add(g)
-				// (V's rotations before this one, where add applies them, run
-				// while its divisions and roots are on their way)
-				pending.add(v, vcol, p, q, mx, my)
 				ax := mx.MulAdd(g2, nx).Add(mx.Mul(mx).Mul(ny))
 				ay := my.MulAdd(g2, ny).Add(my.Mul(my).Mul(nx))
 				switch {
@@ -126,7 +126,7 @@ func svdLanes(b []float32, rows, cols int, v []float32, tol float32, maxSweeps i
 		// the scales go into the columns once one could underflow, or
 		// the sweeps end; the norms are formed anew from the entries each
 		// sweep
-		folded = rotated == 0 || scales.least(cols) < 0x1p-20
+		folded = rotated == 0 || scales.below(cols, 0x1p-20)
 		if folded {
 			scales.fold(b, v, norms[:], rows, cols)
 		} else {
@@ -192,19 +192,14 @@ func (d *columnScales) fold(b, v, norms []float32, rows, cols int) (frobenius2 v
 	return frobenius2
 }
 
-// least is the smallest of the first cols columns' scales, in any lane.
-func (d *columnScales) least(cols int) float32 {
+// below reports whether a scale of the first cols columns, in any lane,
+// is below bound.
+func (d *columnScales) below(cols int, bound float32) bool {
 	m := load(d.high[:], 0)
 	for j := 1; j < cols; j++ {
 		m = m.Min(load(d.high[:], j*W))
 	}
-	var lanes [W]float32
-	m.Store(&lanes)
-	least := lanes[0]
-	for _, x := range lanes[1:] {
-		least = min(least, x)
-	}
-	return least
+	return m.Less(splat(bound)).ToBits() != 0
 }
 
 // columnNorms writes the squared norm of each of the first cols columns of
