@@ -92,6 +92,25 @@ def _off(op, t):
 _off_answers = {}
 
 
+# Below this many bytes of input, these ops' CUDA kernels are launch-bound:
+# metalcore's and PyTorch's take the same GPU time to within a couple of
+# microseconds either way, while a call through this package costs several
+# microseconds more host time than PyTorch's C++ op (bench/overrides_small.md).
+# The overrides leave such calls to PyTorch's op, which is then never the
+# slower one. Eager calls only: under torch.compile host time is the
+# compiled graph's, and the check would guard on sizes.
+SMALL_CUDA_BYTES = 2 << 20
+
+
+def _off_or_small(op, t):
+    """_off's answer, or why a small CUDA input stays PyTorch's
+    (SMALL_CUDA_BYTES)."""
+    why = _off(op, t)
+    if why is None and t.is_cuda and t.numel() * t.element_size() < SMALL_CUDA_BYTES and not _lib.compiling():
+        why = "a small CUDA input (launch-bound: PyTorch's op costs less host time)"
+    return why
+
+
 def _last_dim(input, normalized_shape):
     if last_dim_only(input, normalized(normalized_shape)):
         return None
@@ -100,7 +119,7 @@ def _last_dim(input, normalized_shape):
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     eps_ = torch.finfo(input.dtype).eps if eps is None and isinstance(input, torch.Tensor) else eps
-    why = _off("rms_norm", input) or _last_dim(input, normalized_shape)
+    why = _off_or_small("rms_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
         why, forms = admit_norm(input, eps_, weight)
         why = why or forms_misfit(forms, input, weight)
@@ -110,7 +129,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    why = _off("layer_norm", input) or _last_dim(input, normalized_shape)
+    why = _off_or_small("layer_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
         why, forms = admit_norm(input, eps, weight, bias)
         why = why or forms_misfit(forms, input, weight, bias)
@@ -120,7 +139,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
-    why = _off("softmax", input)
+    why = _off_or_small("softmax", input)
     if why is None:
         why, forms = admit_softmax(input, dim, dtype)
         if why is None:
@@ -133,7 +152,7 @@ def _dim_softmax(target):
     dtype=None), falling back to target's original; named target, as
     pickle finds it in this module."""
     def softmax(input, dim, dtype=None):
-        why = _off("softmax", input)
+        why = _off_or_small("softmax", input)
         if why is None:
             why, forms = admit_softmax(input, dim, dtype)
             if why is None:
@@ -147,7 +166,7 @@ torch_softmax, tensor_softmax = _dim_softmax("torch_softmax"), _dim_softmax("ten
 
 
 def gelu(input, approximate="none"):
-    why = _off("gelu", input)
+    why = _off_or_small("gelu", input)
     if why is None:
         why, forms = admit_gelu(input, approximate)
         if why is None:
@@ -158,7 +177,7 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    why = _off("silu", input) or ("inplace=True" if inplace else None)
+    why = _off_or_small("silu", input) or ("inplace=True" if inplace else None)
     if why is None:
         why, forms = _lib.admit(input)
         if why is None:

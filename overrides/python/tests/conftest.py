@@ -16,6 +16,17 @@ DEVICES = metalcore.backends()
 ORIGINALS = {name: getattr(F, name) for name in ("layer_norm", "softmax", "gelu", "silu")}
 
 
+# The overrides' size below which CUDA calls stay PyTorch's, as shipped
+SMALL_CUDA_BYTES = metalcore._overrides.SMALL_CUDA_BYTES
+
+
+@pytest.fixture(autouse=True)
+def overrides_take_small_cuda_inputs(monkeypatch):
+    """The suite's CUDA tensors are small: the overrides send them to
+    metalcore here (test_overrides checks the shipped threshold)."""
+    monkeypatch.setattr(metalcore._overrides, "SMALL_CUDA_BYTES", 0)
+
+
 @pytest.fixture
 def restore_overrides():
     """Turns the overrides off after the test and checks the originals are back."""

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import metalcore
 
-from conftest import ORIGINALS
+from conftest import ORIGINALS, SMALL_CUDA_BYTES
 
 pytestmark = pytest.mark.usefixtures("restore_overrides")
 
@@ -179,3 +179,37 @@ def test_selection_changes_reach_a_patched_function():
             torch.testing.assert_close(F.silu(x), ORIGINALS["silu"](x))
         steps.append((_lib.CALLS["silu_fwd"] - calls, _lib.FALLBACKS[reason] - fell))
     assert steps == [(0, 1), (1, 0), (0, 1), (1, 0)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_small_cuda_inputs_stay_pytorchs(device, dtype, monkeypatch):
+    """On CUDA an input below SMALL_CUDA_BYTES goes to PyTorch's own op (its
+    exact result, counted as a fallback); one of that size goes to
+    metalcore. On the CPU size does not matter."""
+    from metalcore import _lib
+    monkeypatch.setattr(metalcore._overrides, "SMALL_CUDA_BYTES", SMALL_CUDA_BYTES)
+    at = SMALL_CUDA_BYTES // torch.tensor([], dtype=dtype).element_size() // 1024
+    small, big = (torch.randn(rows, 1024, device=device, dtype=dtype) for rows in (at - 1, at))
+    w = torch.randn(1024, device=device, dtype=dtype)
+    calls = [("softmax_fwd", "softmax", lambda x: F.softmax(x, -1)),
+             ("softmax_fwd", "softmax", lambda x: x.softmax(-1)),
+             ("gelu_fwd", "gelu", lambda x: F.gelu(x)), ("silu_fwd", "silu", lambda x: F.silu(x)),
+             ("layernorm_fwd", "layer_norm", lambda x: F.layer_norm(x, (1024,), w))]
+    if hasattr(F, "rms_norm"):
+        calls.append(("rmsnorm_fwd", "rms_norm", lambda x: F.rms_norm(x, (1024,), w)))
+    reason = "a small CUDA input (launch-bound: PyTorch's op costs less host time)"
+    with metalcore.pytorch_overrides(ops=["softmax", "gelu", "silu", "layer_norm", "rms_norm"]):
+        for kernel, op, call in calls:
+            metalcore.reset_call_counts()
+            metalcore.reset_fallback_counts()
+            got = call(small)
+            with metalcore.pytorch_overrides(ops=[]):
+                want = call(small)
+            fell = metalcore.fallback_counts().get(op, {})
+            if device == "cuda":
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+                assert _lib.CALLS[kernel] == 0 and fell == {reason: 1}, (op, dict(_lib.CALLS), fell)
+            else:
+                assert _lib.CALLS[kernel] == 1 and not fell, (op, dict(_lib.CALLS), fell)
+            call(big)
+            assert _lib.CALLS[kernel] == (1 if device == "cuda" else 2), (op, dict(_lib.CALLS))
