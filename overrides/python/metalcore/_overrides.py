@@ -98,15 +98,18 @@ _off_answers = {}
 # microseconds more host time than PyTorch's C++ op (bench/overrides_small.md).
 # The overrides leave such calls to PyTorch's op, which is then never the
 # slower one. Eager calls only: under torch.compile host time is the
-# compiled graph's, and the check would guard on sizes.
+# compiled graph's.
 SMALL_CUDA_BYTES = 2 << 20
 
 
 def _off_or_small(op, t):
     """_off's answer, or why a small CUDA input stays PyTorch's
-    (SMALL_CUDA_BYTES)."""
+    (SMALL_CUDA_BYTES). The size of a subclass (a FakeTensor, which
+    torch.compile runs the patched F.softmax on to learn its output) is not
+    read: a symbolic size would be guarded on."""
     why = _off(op, t)
-    if why is None and t.is_cuda and t.numel() * t.element_size() < SMALL_CUDA_BYTES and not _lib.compiling():
+    if why is None and t.is_cuda and type(t) in _lib.PLAIN and not _lib.compiling() and \
+            t.numel() * t.element_size() < SMALL_CUDA_BYTES:
         why = "a small CUDA input (launch-bound: PyTorch's op costs less host time)"
     return why
 

@@ -213,3 +213,29 @@ def test_small_cuda_inputs_stay_pytorchs(device, dtype, monkeypatch):
                 assert _lib.CALLS[kernel] == 1 and not fell, (op, dict(_lib.CALLS), fell)
             call(big)
             assert _lib.CALLS[kernel] == (1 if device == "cuda" else 2), (op, dict(_lib.CALLS))
+
+
+@pytest.mark.skipif(not metalcore._ops.CUSTOM_OPS, reason=f"PyTorch {torch.__version__} has no custom ops (2.4+)")
+def test_compiled_overrides_keep_small_inputs_without_size_guards(device, monkeypatch):
+    """Under torch.compile a patched function gives PyTorch's results, the
+    input past SMALL_CUDA_BYTES reaches metalcore, and asking the size adds
+    no guard on it: after a dynamic compile's first calls, inputs either
+    side of it compile nothing more. (PyTorch 2.11 keeps the patched
+    F.softmax and F.silu as calls in the graph, which run their eager
+    rules, SMALL_CUDA_BYTES among them.)"""
+    from torch._dynamo.testing import CompileCounter
+    from metalcore import _lib
+    monkeypatch.setattr(metalcore._overrides, "SMALL_CUDA_BYTES", SMALL_CUDA_BYTES)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    xs = [torch.randn(rows, 40, device=device) for rows in (3, 5, SMALL_CUDA_BYTES // 160 + 100, 7)]
+    want = [F.silu(F.softmax(x, -1)) for x in xs]
+    with metalcore.pytorch_overrides(ops=["softmax", "silu"]):
+        f = torch.compile(lambda x: F.silu(F.softmax(x, -1)), backend=counter, dynamic=True, fullgraph=True)
+        got = [f(x) for x in xs[:2]]
+        frames = counter.frame_count
+        metalcore.reset_call_counts()
+        got += [f(x) for x in xs[2:]]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert counter.frame_count == frames, (frames, counter.frame_count)
+    assert _lib.CALLS["softmax_fwd"] >= 1 and _lib.CALLS["silu_fwd"] >= 1, dict(_lib.CALLS)
