@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/backend/cpu/simd"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/norm"
 	"metalcore/ops/softmax"
+	tu "metalcore/tests/testutil"
 )
 
 func bf16(v []float32) []uint16 {

@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/norm"
 	"metalcore/ops/softmax"
+	tu "metalcore/tests/testutil"
 )
 
 // Many goroutines call ops at once, each on its own tensors, on rows wide

@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/adamw"
 	"metalcore/ops/qr"
+	tu "metalcore/tests/testutil"
 )
 
 // A device whose backend is available but which an op has no

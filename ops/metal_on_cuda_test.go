@@ -13,11 +13,11 @@ import (
 	"metalcore/backend/cuda"
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"
 	"metalcore/ops/norm"
 	"metalcore/ops/qr"
 	"metalcore/ops/softmax"
+	tu "metalcore/tests/testutil"
 )
 
 // cudaRuntime runs Metal plans through the CUDA backend: the same kernel

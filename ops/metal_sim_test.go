@@ -13,7 +13,6 @@ import (
 
 	"metalcore/backend/metal"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"
 	"metalcore/ops/adamw"
 	"metalcore/ops/cholesky"
@@ -25,6 +24,7 @@ import (
 	"metalcore/ops/softmax"
 	"metalcore/ops/solve"
 	"metalcore/ops/svd"
+	tu "metalcore/tests/testutil"
 )
 
 // The op families on the Metal simulator (tests/metal/sim, a metalsim

@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"
 	"metalcore/ops/norm"
 	"metalcore/ops/softmax"
+	tu "metalcore/tests/testutil"
 )
 
 // Argument kinds: their shape (for x [rows, cols]) and dtype.

@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/norm"
 	"metalcore/ops/softmax"
+	tu "metalcore/tests/testutil"
 )
 
 // One 2^24-wide row keeps float32 accuracy: row statistics and softmax

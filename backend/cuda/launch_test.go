@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"metalcore/backend/cuda"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // The host cost of a call, piece by piece; they need a GPU and skip without.

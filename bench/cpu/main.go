@@ -16,11 +16,11 @@ import (
 
 	"metalcore/backend/cpu"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
 	"metalcore/ops/activation"
 	"metalcore/ops/adamw"
 	"metalcore/ops/norm"
 	"metalcore/ops/softmax"
+	tu "metalcore/tests/testutil"
 )
 
 var (

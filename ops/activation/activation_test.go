@@ -9,7 +9,7 @@ import (
 
 	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // Elementwise ops take any shape: the row shapes plus 0-d, 1-D and long flat

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // gluRefs are each kind's activation and its derivative times dy.

@@ -5,7 +5,7 @@ import (
 
 	"metalcore/backend/cuda"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkCallCUDA is the host cost of one launch on a tiny tensor (the

@@ -5,7 +5,7 @@ import (
 
 	"metalcore/backend/cuda"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkValidate5000 is the host cost of checking a 5,000-tensor list.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkShapes is bench/linalg.md's Cholesky shapes: GFLOP/s counts

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkShapes decomposes batches of random symmetric matrices on the

@@ -12,7 +12,7 @@ import (
 
 	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // symmetric is a random symmetric n x n matrix (row-major) with entries

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 const ignore = -100

@@ -8,7 +8,7 @@ import (
 
 	"metalcore/backend/cpu"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 const eps = 1e-5

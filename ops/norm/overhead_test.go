@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkCallCPU is the host cost of one LayerNorm forward on a tiny CPU

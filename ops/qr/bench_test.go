@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkShapes is bench/qr.md's shapes, reduced mode: GFLOP/s counts

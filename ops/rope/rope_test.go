@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // permuted makes a [B, H, T, D] view of a [B, T, H, D] tensor (as models

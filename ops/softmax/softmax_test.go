@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 func outFor(c tu.Case, in *tu.Tensor) *tu.Tensor {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // BenchmarkShapes solves batches of systems with one right-hand side on

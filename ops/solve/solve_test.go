@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // random is an n x n matrix with entries N(0, 1) plus shift on the

@@ -12,7 +12,7 @@ import (
 
 	"metalcore/backend/cpu/simd"
 	"metalcore/internal/core"
-	tu "metalcore/internal/testutil"
+	tu "metalcore/tests/testutil"
 )
 
 // random is an m x n matrix (row-major) of N(0, 1) entries rounded to dt.
