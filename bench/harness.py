@@ -1,7 +1,9 @@
 """What the Python package's benchmarks share: the devices a run measures,
 each device's description, with PyTorch's CPU threads set to metalcore's
-(CPU comparisons run at equal thread counts), a call's median time, and
-the time per call of back-to-back calls."""
+(CPU comparisons run at equal thread counts), a call's median time, the
+time per call of back-to-back calls, and two calls' such times in
+alternating rounds."""
+import contextlib
 import statistics
 import sys
 import time
@@ -62,3 +64,19 @@ def per_call_us(fn, calls, rounds=9, device="cpu"):
     round_us, after one untimed call."""
     fn()
     return statistics.median(round_us(fn, calls, device) for _ in range(rounds))
+
+
+def paired_us(ours, theirs, calls, rounds, device="cpu", around=contextlib.nullcontext):
+    """(ours, theirs): the median over rounds of round_us of each, their
+    rounds alternating (theirs first), so that both see the same host (its
+    speed drifts over seconds on a shared machine), after an untimed call
+    of each; ours' calls run inside around()."""
+    with around():
+        ours()
+    theirs()
+    t_ours, t_theirs = [], []
+    for _ in range(rounds):
+        t_theirs.append(round_us(theirs, calls, device))
+        with around():
+            t_ours.append(round_us(ours, calls, device))
+    return statistics.median(t_ours), statistics.median(t_theirs)

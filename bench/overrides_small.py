@@ -10,11 +10,11 @@ median of 15 replays timed with CUDA events. Host time: the median of 15
 rounds of the mean of 200 back-to-back calls, PyTorch's and metalcore's
 rounds alternating. Forward, no gradient wanted."""
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
+import harness
 import metalcore
 from metalcore import _overrides
 
@@ -46,25 +46,6 @@ def gpu_us(fn):
     return statistics.median(times)
 
 
-def host_round_us(fn):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(HOST_CALLS):
-        fn()
-    us = (time.perf_counter() - start) / HOST_CALLS * 1e6
-    torch.cuda.synchronize()
-    return us
-
-
-def host_us(ours, theirs):
-    ours(), theirs()
-    t_ours, t_theirs = [], []
-    for _ in range(ROUNDS):
-        t_theirs.append(host_round_us(theirs))
-        t_ours.append(host_round_us(ours))
-    return statistics.median(t_ours), statistics.median(t_theirs)
-
-
 def ops(x, w, b):
     cols = x.shape[-1]
     out = [("softmax", lambda: metalcore.softmax(x), lambda: F.softmax(x, -1)),
@@ -93,7 +74,7 @@ def main():
             w, b = torch.randn(cols, device="cuda", dtype=x.dtype), torch.randn(cols, device="cuda", dtype=x.dtype)
             nbytes = x.numel() * x.element_size()
             for name, ours, theirs in ops(x, w, b):
-                h_ours, h_theirs = host_us(ours, theirs)
+                h_ours, h_theirs = harness.paired_us(ours, theirs, HOST_CALLS, ROUNDS, "cuda")
                 print(f"| {name} | {rows}x{cols} | {nbytes / 1024:.1f} | {gpu_us(theirs):.2f} | {gpu_us(ours):.2f} | "
                       f"{h_theirs:.1f} | {h_ours:.1f} | {'PyTorch' if nbytes < limit else 'metalcore'} |")
 

@@ -38,15 +38,7 @@ def host_us(fn, device, calls=CALLS):
 def paired_us(ours, theirs, device, calls=CALLS, around=contextlib.nullcontext):
     """(ours, theirs) as host_us times them, their rounds alternating;
     ours' rounds run inside around()."""
-    with around():
-        ours()
-    theirs()
-    t_ours, t_theirs = [], []
-    for _ in range(ROUNDS):
-        t_theirs.append(harness.round_us(theirs, calls, device))
-        with around():
-            t_ours.append(harness.round_us(ours, calls, device))
-    return statistics.median(t_ours), statistics.median(t_theirs)
+    return harness.paired_us(ours, theirs, calls, ROUNDS, device, around)
 
 
 def idle_us(fn, calls=200):
