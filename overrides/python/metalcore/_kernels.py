@@ -54,11 +54,6 @@ def rows(x):
     return x.numel() // n if n else math.prod(x.shape[:-1])
 
 
-# The entries of a Forms' plans holding a template of its first tensor's
-# row statistics, by statistics a row.
-_STATS = {1: ("row stats", 1), 2: ("row stats", 2)}
-
-
 def _row_stats(x, per_row=1, forms=None):
     """float32 [per_row * rows] on x's device: an rstd per row, or
     LayerNorm's statistics (every row's mean, then every row's rstd); forms:
@@ -67,7 +62,7 @@ def _row_stats(x, per_row=1, forms=None):
     tensor of that shape and costs half of torch.empty's keyword parsing."""
     if forms is None:
         return torch.empty(per_row * rows(x), dtype=torch.float32, device=x.device)
-    key = _STATS[per_row]
+    key = ("row stats", per_row)  # the Forms' plans entry of the template
     template = forms.plans.get(key)
     if template is None:
         template = forms.plans[key] = torch.empty(1, dtype=torch.float32, device=x.device).expand(per_row * rows(x))
