@@ -143,7 +143,7 @@ def layer_rows(device):
         ("metalcore.silu (public function)", lambda: metalcore.silu(x)),
         ("  checks: _lib.admit", lambda: _lib.admit(x)),
         ("  _ops.silu (no checks)", lambda: _ops.silu(x, forms)),
-        ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x, forms)),
+        ("  _kernels.silu (no path choice)", lambda: _kernels.silu(x, forms=forms)),
         ("    torch.empty_like", lambda: torch.empty_like(x)),
         ("    describe x and y (the block kept in their Forms)", lambda: _lib.described("silu_fwd", (x, y), None, forms.plans)),
         ("    the stream or encoder", lambda: _lib.encoder(x)),

@@ -69,7 +69,7 @@ class Gelu(torch.autograd.Function):
     def forward(ctx, x, tanh_form, forms):
         ctx.save_for_backward(x)
         ctx.tanh_form = tanh_form
-        return _kernels.gelu(x, tanh_form, forms)
+        return _kernels.gelu(x, tanh_form, forms=forms)
 
     @staticmethod
     def backward(ctx, dy):
@@ -81,7 +81,7 @@ class Silu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, forms):
         ctx.save_for_backward(x)
-        return _kernels.silu(x, forms)
+        return _kernels.silu(x, forms=forms)
 
     @staticmethod
     def backward(ctx, dy):

@@ -9,7 +9,7 @@ import math
 import torch
 
 from . import _lib
-from ._lib import CALLS, check, describe, described, form, lib, run
+from ._lib import CALLS, check, describe, described, fail, form, lib, run
 
 _rmsnorm_fwd, _rmsnorm_bwd = lib.mc_rmsnorm_fwd, lib.mc_rmsnorm_bwd
 _layernorm_fwd, _layernorm_bwd = lib.mc_layernorm_fwd, lib.mc_layernorm_bwd
@@ -73,7 +73,10 @@ def _row_stats(x, per_row=1, forms=None):
 # library function (as CALLS does), the forms of the tensors given to it,
 # and what fixes the shapes of those it makes. A call given forms (the
 # Forms _lib.admit gave for its input tensors, in the order it takes them)
-# keeps its plan in forms.plans, under the rest of that key.
+# keeps its plan in forms.plans, under the rest of that key, and calls the
+# library function itself on forms.queue() (the eager path: run's frame and
+# its questions to the tensor cost more than a microsecond on a slow host);
+# the others go through run.
 
 def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     """(y, rstd); rstd None unless want_rstd."""
@@ -81,9 +84,14 @@ def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     rstd = _row_stats(x, 1, forms) if want_rstd else None
     CALLS["rmsnorm_fwd"] += 1
     tensors = (x, weight, y, rstd)
-    a = described(("rmsnorm_fwd", want_rstd), tensors, None, forms.plans) if forms else \
-        described(("rmsnorm_fwd", form(x), form(weight), want_rstd), tensors)
-    run(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3])
+    if forms:
+        a = described(("rmsnorm_fwd", want_rstd), tensors, None, forms.plans)
+        status = _rmsnorm_fwd(a[0], a[1], eps, a[2], a[3], forms.queue())
+        if status:
+            fail(status)
+    else:
+        a = described(("rmsnorm_fwd", form(x), form(weight), want_rstd), tensors)
+        run(_rmsnorm_fwd, x, a[0], a[1], eps, a[2], a[3])
     return y, rstd
 
 
@@ -110,9 +118,14 @@ def layer_norm(x, weight, bias, eps, want_stats=True, forms=None):
     stats = _row_stats(x, 2, forms) if want_stats else None
     CALLS["layernorm_fwd"] += 1
     tensors = (x, weight, bias, y, stats, stats)
-    a = described(("layernorm_fwd", want_stats), tensors, _STATS_HALVES, forms.plans) if forms else \
-        described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats), tensors, _STATS_HALVES)
-    run(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5])
+    if forms:
+        a = described(("layernorm_fwd", want_stats), tensors, _STATS_HALVES, forms.plans)
+        status = _layernorm_fwd(a[0], a[1], a[2], eps, a[3], a[4], a[5], forms.queue())
+        if status:
+            fail(status)
+    else:
+        a = described(("layernorm_fwd", form(x), form(weight), form(bias), want_stats), tensors, _STATS_HALVES)
+        run(_layernorm_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], a[5])
     return y, stats
 
 
@@ -137,9 +150,14 @@ def softmax(x, upcast=False, forms=None):
     """softmax(x) in x's dtype, or float32 (upcast, for a 16-bit x)."""
     y = torch.empty_like(x, dtype=torch.float32) if upcast else torch.empty_like(x)
     CALLS["softmax_fwd"] += 1
-    a = described(("softmax_fwd", upcast), (x, y), None, forms.plans) if forms else \
-        described(("softmax_fwd", form(x), upcast), (x, y))
-    run(_softmax_fwd, x, a[0], a[1])
+    if forms:
+        a = described(("softmax_fwd", upcast), (x, y), None, forms.plans)
+        status = _softmax_fwd(a[0], a[1], forms.queue())
+        if status:
+            fail(status)
+    else:
+        a = described(("softmax_fwd", form(x), upcast), (x, y))
+        run(_softmax_fwd, x, a[0], a[1])
     return y
 
 
@@ -154,40 +172,40 @@ def softmax_backward(dy, y, dtype=None):
     return dx
 
 
-def _unary(name, fn, x, forms, *args):
-    """y = fn(x) for an elementwise library function fn(x, *args, y, queue)
-    (named name in CALLS)."""
-    CALLS[name] += 1
-    y = torch.empty_like(x)
-    a = described(name, (x, y), None, forms.plans) if forms else described((name, form(x)), (x, y))
-    run(fn, x, a[0], *args, a[1])
-    return y
+def _unary(name, fn):
+    """The kernel call y = f(x, *args, forms=None) of an elementwise library
+    function fn(x, *args, y, queue) (named name in CALLS): a closure, which
+    costs its callers no Python frame more than the call itself."""
+    def call(x, *args, forms=None):
+        CALLS[name] += 1
+        y = torch.empty_like(x)
+        if forms:
+            a = described(name, (x, y), None, forms.plans)
+            status = fn(a[0], *args, a[1], forms.queue())
+            if status:
+                fail(status)
+        else:
+            a = described((name, form(x)), (x, y))
+            run(fn, x, a[0], *args, a[1])
+        return y
+    return call
 
 
-def _unary_grad(name, fn, dy, x, *args):
-    """dx for an elementwise backward fn(dy, x, *args, dx, queue)."""
-    CALLS[name] += 1
-    dy = dy.contiguous()
-    dx = torch.empty_like(x)
-    a = described((name, form(dy), form(x)), (dy, x, dx))
-    run(fn, x, a[0], a[1], *args, a[2])
-    return dx
+def _unary_grad(name, fn):
+    """The kernel call dx = f(dy, x, *args) of an elementwise backward
+    fn(dy, x, *args, dx, queue)."""
+    def call(dy, x, *args):
+        CALLS[name] += 1
+        dy = dy.contiguous()
+        dx = torch.empty_like(x)
+        a = described((name, form(dy), form(x)), (dy, x, dx))
+        run(fn, x, a[0], a[1], *args, a[2])
+        return dx
+    return call
 
 
-def gelu(x, tanh_form, forms=None):
-    return _unary("gelu_fwd", _gelu_fwd, x, forms, tanh_form)
-
-
-def gelu_backward(dy, x, tanh_form):
-    return _unary_grad("gelu_bwd", _gelu_bwd, dy, x, tanh_form)
-
-
-def silu(x, forms=None):
-    return _unary("silu_fwd", _silu_fwd, x, forms)
-
-
-def silu_backward(dy, x):
-    return _unary_grad("silu_bwd", _silu_bwd, dy, x)
+gelu, gelu_backward = _unary("gelu_fwd", _gelu_fwd), _unary_grad("gelu_bwd", _gelu_bwd)  # (x, tanh_form, forms=)
+silu, silu_backward = _unary("silu_fwd", _silu_fwd), _unary_grad("silu_bwd", _silu_bwd)  # (x, forms=)
 
 
 GLU_KINDS = {"swiglu": 0, "geglu": 1, "geglu_tanh": 2}
@@ -235,9 +253,14 @@ def fused_add_rms_norm(x, residual, weight, eps, forms=None):
     y, out = torch.empty_like(x), torch.empty_like(residual)
     CALLS["fused_add_rmsnorm_fwd"] += 1
     tensors = (x, residual, weight, y, out)
-    a = described("fused_add_rmsnorm_fwd", tensors, None, forms.plans) if forms else \
-        described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), tensors)
-    run(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None)
+    if forms:
+        a = described("fused_add_rmsnorm_fwd", tensors, None, forms.plans)
+        status = _fused_add_fwd(a[0], a[1], a[2], eps, a[3], a[4], None, forms.queue())
+        if status:
+            fail(status)
+    else:
+        a = described(("fused_add_rmsnorm_fwd", form(x), form(residual), form(weight)), tensors)
+        run(_fused_add_fwd, x, a[0], a[1], a[2], eps, a[3], a[4], None)
     return y, out
 
 

@@ -9,6 +9,7 @@ addresses."""
 import collections
 import ctypes
 import functools
+import itertools
 import logging
 import math
 import os
@@ -238,6 +239,24 @@ def encoder(t):
             return _raw_stream(t.get_device())
         return torch.cuda.current_stream(t.device).cuda_stream
     return None
+
+
+def queue_getter(device):
+    """For the Forms of device's tensors: a callable of no arguments that
+    gives the queue run passes (the current stream's raw handle, or None on
+    the CPU), called without a Python frame (a C partial; every Python call
+    costs the eager path most of a microsecond on a slow host); None on MPS,
+    whose calls go through run."""
+    if device.type == "cuda":
+        if _raw_stream is not None:
+            return functools.partial(_raw_stream, device.index)
+        return lambda: torch.cuda.current_stream(device).cuda_stream
+    if device.type == "cpu":
+        return _NO_QUEUE
+    return None
+
+
+_NO_QUEUE = itertools.repeat(None).__next__  # None, from C
 
 
 def run(fn, t, *args):
@@ -496,12 +515,13 @@ def unsupported_one(x, data=True):
 class Forms:
     """What this thread knows of one tuple of tensor forms (admit): why
     the library refuses tensors of those forms whatever their data (None:
-    it takes them), their element size, and the call plans made for them
-    (described's plans), by call."""
-    __slots__ = ("why", "elem", "plans")
+    it takes them), their element size, the call plans made for them
+    (described's plans), by call, and their device's queue_getter. A kernel
+    call given Forms calls the library function itself, passing queue()."""
+    __slots__ = ("why", "elem", "plans", "queue")
 
-    def __init__(self, why, elem):
-        self.why, self.elem, self.plans = why, elem, {}
+    def __init__(self, why, elem, queue):
+        self.why, self.elem, self.plans, self.queue = why, elem, {}, queue
 
 
 class _FormsSeen(threading.local):
@@ -519,7 +539,7 @@ def admit(first, *others):
     Whatever the forms decide is asked once per forms and thread; each call
     asks only what its tensors' data and the moment decide (subclasses,
     alignment, a trace, a fork). Under torch.compile: (unsupported's answer,
-    None)."""
+    None); on MPS, where each call is described afresh, no Forms."""
     if type(first) not in PLAIN or _forked or compiling():
         return unsupported(first, *others), None
     if _c_is_tracing():  # (not compiling: the C question, cheaper than torch.jit's)
@@ -539,7 +559,8 @@ def admit(first, *others):
     if forms is None:
         if len(entries) >= _MAX_PLANS:
             entries.clear()
-        forms = entries[key] = Forms(unsupported(first, *others, data=False), first.element_size())
+        forms = entries[key] = Forms(unsupported(first, *others, data=False), first.element_size(),
+                                     queue_getter(first.device))
     if forms.why is not None:
         return forms.why, None
     elem = forms.elem
@@ -548,7 +569,7 @@ def admit(first, *others):
     for t in others:
         if t is not None and t.data_ptr() % elem:
             return MISALIGNED, None
-    return None, forms
+    return None, (forms if forms.queue is not None else None)
 
 
 def unsupported_any_layout(x):
@@ -585,12 +606,12 @@ def unsupported(first, *others, data=True):
 
 
 # The smallest double that rounds to infinity as a float32.
-_FLOAT32_OVERFLOW = 3.4028235677973366e38
+FLOAT32_OVERFLOW = 3.4028235677973366e38
 
 
 def eps_refused(eps):
     """Why the library refuses eps (it must be finite and >= 0 as a float32),
     or None."""
-    if isinstance(eps, (int, float)) and 0 <= eps < _FLOAT32_OVERFLOW:
+    if isinstance(eps, (int, float)) and 0 <= eps < FLOAT32_OVERFLOW:
         return None
     return f"eps {eps!r}"

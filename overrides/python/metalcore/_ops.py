@@ -23,10 +23,13 @@ def _wants_grad(x, weight, bias=None):
 # forms: the Forms _lib.admit gave for the input tensors (never under
 # torch.compile), or None
 
+# (the norms ask _wants_grad's question inline: a Python call costs the
+# eager path most of a microsecond on a slow host)
+
 def rms_norm(x, weight, eps, forms=None):
     if forms is None and compiling():
         return torch.ops.metalcore.rms_norm(x, weight, eps)[0]
-    if _wants_grad(x, weight):
+    if _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
         return _autograd.rms_norm(x, weight, eps, forms)
     return _kernels.rms_norm(x, weight, eps, False, forms)[0]
 
@@ -34,7 +37,8 @@ def rms_norm(x, weight, eps, forms=None):
 def layer_norm(x, weight, bias, eps, forms=None):
     if forms is None and compiling():
         return torch.ops.metalcore.layer_norm(x, weight, bias, eps)[0]
-    if _wants_grad(x, weight, bias):
+    if _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad) or
+                            (bias is not None and bias.requires_grad)):
         return _autograd.layer_norm(x, weight, bias, eps, forms)
     return _kernels.layer_norm(x, weight, bias, eps, False, forms)[0]
 
@@ -52,7 +56,7 @@ def gelu(x, tanh_form, forms=None):
         return torch.ops.metalcore.gelu(x, tanh_form)
     if _grad_enabled() and x.requires_grad:
         return _autograd.gelu(x, tanh_form, forms)
-    return _kernels.gelu(x, tanh_form, forms)
+    return _kernels.gelu(x, tanh_form, forms=forms)
 
 
 def silu(x, forms=None):
@@ -60,7 +64,7 @@ def silu(x, forms=None):
         return torch.ops.metalcore.silu(x)
     if _grad_enabled() and x.requires_grad:
         return _autograd.silu(x, forms)
-    return _kernels.silu(x, forms)
+    return _kernels.silu(x, forms=forms)
 
 
 def fused_add_rms_norm(x, residual, weight, eps, forms=None):

@@ -64,7 +64,9 @@ class RMSNorm(torch.nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x):
-        eps, weight = _eps(self.eps, x), _param(self, "weight")
+        eps, weight = self.eps, _param(self, "weight")
+        if eps is None:
+            eps = _eps(eps, x)
         if last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, weight)
             if why is None:

@@ -157,3 +157,26 @@ def test_backends_lists_cpu():
     assert "cpu" in metalcore.backends()
     if not torch.cuda.is_available():
         assert metalcore.backends() == ["cpu"]
+
+
+@pytest.mark.parametrize("call", ["rms_norm", "layer_norm", "softmax", "gelu", "silu"])
+def test_eager_calls_run_on_the_current_stream(call):
+    """A call on a side stream waits for that stream's earlier work, also
+    when its tensors' forms were first seen on the default stream (their
+    Forms keep a getter of the current stream, not a stream)."""
+    if "cuda" not in metalcore.backends():
+        pytest.skip("no metalcore cuda backend on this machine")
+    fn = {"rms_norm": lambda t: metalcore.rms_norm(t, None), "layer_norm": lambda t: metalcore.layer_norm(t),
+          "softmax": metalcore.softmax, "gelu": metalcore.gelu, "silu": metalcore.silu}[call]
+    src = torch.randn(256, 1024, device="cuda")
+    x = torch.full_like(src, float("nan"))
+    fn(x)  # forms seen on the default stream
+    want = fn(src)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # tens of milliseconds of the side stream's work before the copy
+        x.copy_(src)
+        got = fn(x)
+    side.synchronize()
+    assert torch.equal(got, want)
