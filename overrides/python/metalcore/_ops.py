@@ -21,10 +21,8 @@ def _wants_grad(x, weight, bias=None):
 
 
 # forms: the Forms _lib.admit gave for the input tensors (never under
-# torch.compile), or None
-
-# (the norms ask _wants_grad's question inline: a Python call costs the
-# eager path most of a microsecond on a slow host)
+# torch.compile), or None. (The norms ask _wants_grad's question inline: a
+# Python call costs the eager path most of a microsecond on a slow host.)
 
 def rms_norm(x, weight, eps, forms=None):
     if forms is None and compiling():
