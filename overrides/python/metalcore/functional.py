@@ -52,7 +52,8 @@ def admit_norm(x, eps, *params):
     the library's, or None and _lib.admit's Forms (a weight of the wrong
     shape is the library's to refuse, saying so)."""
     why, forms = _lib.admit(x, *params)
-    if why is None and not (type(eps) is float and 0.0 <= eps < _lib.FLOAT32_OVERFLOW):  # else no call
+    # a float eps_refused would take is taken without the call
+    if why is None and not (type(eps) is float and 0.0 <= eps < _lib.FLOAT32_OVERFLOW):
         why = _lib.eps_refused(eps)
     return why, forms
 
