@@ -231,16 +231,6 @@ def described(key, tensors, halves=None, plans=None):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def encoder(t):
-    """The queue to encode on: the raw handle of the tensor's device's current
-    stream, or None on the CPU (MPS: see call)."""
-    if t.is_cuda:
-        if _raw_stream is not None:
-            return _raw_stream(t.get_device())
-        return torch.cuda.current_stream(t.device).cuda_stream
-    return None
-
-
 def queue_getter(device):
     """For the Forms of device's tensors: a callable of no arguments that
     gives the queue run passes (the current stream's raw handle, or None on
@@ -260,10 +250,11 @@ _NO_QUEUE = itertools.repeat(None).__next__  # None, from C
 
 
 def run(fn, t, *args):
-    """fn(*args, encoder) for t's device, raising for a status other than
-    MC_OK (fail). An MPS call runs on PyTorch's stream queue with its
-    current compute encoder (see _mps). (encoder's and check's tests
-    inline: this is every call's path.)"""
+    """fn(*args, queue) for t's device (the current stream's raw handle on
+    CUDA, None on the CPU), raising for a status other than MC_OK (fail).
+    An MPS call runs on PyTorch's stream queue with its current compute
+    encoder (see _mps). (The tests inline: this is every call's path that
+    has no Forms.)"""
     if t.is_cuda:
         status = fn(*args, _raw_stream(t.get_device()) if _raw_stream is not None else
                     torch.cuda.current_stream(t.device).cuda_stream)
