@@ -40,15 +40,26 @@ func partialBlocksCUDA(x *core.View, perRow int, stream unsafe.Pointer) (int, er
 	return min(x.Rows, wave, 8*sms, max(sms, wide)), cuda.Backend(err)
 }
 
+// maxAheadWarpRow is the largest row, in bytes, that RMSNorm's forward
+// runs with the ahead kernel (cuda.RowsAhead) where a row takes one warp;
+// past it, up to the 2 KB a warp holds, a block a row is faster: the
+// prefetched row's registers halve the blocks a multiprocessor holds, and
+// RMSNorm, the lightest of the row kernels, gains less from the overlap than
+// it loses there (bench/python_ops.md; LayerNorm's and softmax's forwards
+// were faster ahead at every width).
+const maxAheadWarpRow = 1536
+
 func rmsnormFwdCUDA(x, w, _, y, _, rstd *core.View, eps float32, enc unsafe.Pointer) error {
 	st, err := dialect.RowStrides(x, y)
 	if err != nil {
 		return err
 	}
 	dev, threads := int(x.DeviceID), dialect.RowThreads(x.Cols, x.DType, 4)
-	name, blocks, err := cuda.RowsAhead(dev, enc, "rmsnorm_fwd", x.DType, x.Rows, threads)
-	if err != nil {
-		return cuda.Backend(err)
+	name, blocks := dialect.Kernel("rmsnorm_fwd", x.DType), x.Rows
+	if !(threads == 32 && x.Cols*x.DType.Size() > maxAheadWarpRow) {
+		if name, blocks, err = cuda.RowsAhead(dev, enc, "rmsnorm_fwd", x.DType, x.Rows, threads); err != nil {
+			return cuda.Backend(err)
+		}
 	}
 	return cuda.Backend(cuda.Launch(dev, enc, name, blocks, threads, cuda.Ptr(x.Base), cuda.I64(st[0]), cuda.View(w),
 		cuda.Ptr(y.Base), cuda.I64(st[1]), cuda.View(rstd), cuda.I32(x.Rows), cuda.I32(x.Cols), cuda.F32(eps)))

@@ -102,6 +102,24 @@ _off_answers = {}
 SMALL_CUDA_BYTES = 2 << 20
 
 
+# Softmax rows shorter than this stay PyTorch's on CUDA where no gradient is
+# wanted: its forward (a warp taking several short rows) is the faster one
+# there, while metalcore's forward and backward together are not the slower
+# (bench/python_ops.md).
+SHORT_CUDA_SOFTMAX_ROW = 512
+
+
+def _admit_softmax(input, dim, dtype):
+    """admit_softmax's answer, or why a CUDA input of short rows with no
+    gradient wanted stays PyTorch's (SHORT_CUDA_SOFTMAX_ROW). Eager calls
+    only (those admit gives Forms)."""
+    why, forms = admit_softmax(input, dim, dtype)
+    if why is None and forms is not None and input.is_cuda and input.shape[-1] < SHORT_CUDA_SOFTMAX_ROW and \
+            not (torch.is_grad_enabled() and input.requires_grad):
+        why = "short CUDA rows, no gradient (PyTorch's forward is faster)"
+    return why, forms
+
+
 def _off_or_small(op, t):
     """_off's answer, or why a small CUDA input stays PyTorch's
     (SMALL_CUDA_BYTES). The size of a subclass (a FakeTensor, which
@@ -144,7 +162,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     why = _off_or_small("softmax", input)
     if why is None:
-        why, forms = admit_softmax(input, dim, dtype)
+        why, forms = _admit_softmax(input, dim, dtype)
         if why is None:
             return _ops.softmax(input, upcasts(input, dtype), forms)
     return _fall_back("softmax", why, input, dim, _stacklevel, dtype)
@@ -157,7 +175,7 @@ def _dim_softmax(target):
     def softmax(input, dim, dtype=None):
         why = _off_or_small("softmax", input)
         if why is None:
-            why, forms = admit_softmax(input, dim, dtype)
+            why, forms = _admit_softmax(input, dim, dtype)
             if why is None:
                 return _ops.softmax(input, upcasts(input, dtype), forms)
         return _fall_back(target, why, input, dim, dtype=dtype)

@@ -215,6 +215,38 @@ def test_small_cuda_inputs_stay_pytorchs(device, dtype, monkeypatch):
             assert _lib.CALLS[kernel] == (1 if device == "cuda" else 2), (op, dict(_lib.CALLS))
 
 
+@pytest.mark.parametrize("call", ["F.softmax", "torch.softmax", "Tensor.softmax"])
+def test_short_cuda_softmax_rows_without_grad_stay_pytorchs(device, call):
+    """On CUDA a softmax over rows shorter than SHORT_CUDA_SOFTMAX_ROW with
+    no gradient wanted goes to PyTorch's own op (its exact result, counted
+    as a fallback); with a gradient wanted, or over rows that long, to
+    metalcore. On the CPU row length does not matter."""
+    from metalcore import _lib
+    fn = {"F.softmax": lambda x: F.softmax(x, -1), "torch.softmax": lambda x: torch.softmax(x, -1),
+          "Tensor.softmax": lambda x: x.softmax(-1)}[call]
+    rows = 2 * SMALL_CUDA_BYTES // 2 // 64  # well above the small-input rule at 64 bfloat16s a row
+    short = metalcore._overrides.SHORT_CUDA_SOFTMAX_ROW - 1
+    x = torch.randn(rows, short, device=device, dtype=torch.bfloat16)
+    long = torch.randn(rows * short // 512, 512, device=device, dtype=torch.bfloat16)
+    reason = "short CUDA rows, no gradient (PyTorch's forward is faster)"
+    with metalcore.pytorch_overrides(ops=["softmax"]):
+        metalcore.reset_call_counts()
+        metalcore.reset_fallback_counts()
+        got = fn(x)
+        with metalcore.pytorch_overrides(ops=[]):
+            want = fn(x)
+        fell = metalcore.fallback_counts().get("softmax", {})
+        if device == "cuda":
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+            assert _lib.CALLS["softmax_fwd"] == 0 and fell == {reason: 1}, (dict(_lib.CALLS), fell)
+        else:
+            assert _lib.CALLS["softmax_fwd"] == 1 and not fell, (dict(_lib.CALLS), fell)
+        metalcore.reset_call_counts()
+        fn(x.requires_grad_()).sum().backward()
+        fn(long)
+        assert _lib.CALLS["softmax_fwd"] == 2 and _lib.CALLS["softmax_bwd"] == 1, dict(_lib.CALLS)
+
+
 @pytest.mark.skipif(not metalcore._ops.CUSTOM_OPS, reason=f"PyTorch {torch.__version__} has no custom ops (2.4+)")
 def test_compiled_overrides_keep_small_inputs_without_size_guards(device, monkeypatch):
     """Under torch.compile a patched function gives PyTorch's results, the
