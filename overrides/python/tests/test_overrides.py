@@ -260,7 +260,8 @@ def test_compiled_overrides_keep_small_inputs_without_size_guards(device, monkey
     monkeypatch.setattr(metalcore._overrides, "SMALL_CUDA_BYTES", SMALL_CUDA_BYTES)
     torch._dynamo.reset()
     counter = CompileCounter()
-    xs = [torch.randn(rows, 40, device=device) for rows in (3, 5, SMALL_CUDA_BYTES // 160 + 100, 7)]
+    # rows of SHORT_CUDA_SOFTMAX_ROW columns (shorter ones stay PyTorch's on CUDA)
+    xs = [torch.randn(rows, 512, device=device) for rows in (3, 5, SMALL_CUDA_BYTES // 2048 + 100, 7)]
     want = [F.silu(F.softmax(x, -1)) for x in xs]
     with metalcore.pytorch_overrides(ops=["softmax", "silu"]):
         f = torch.compile(lambda x: F.silu(F.softmax(x, -1)), backend=counter, dynamic=True, fullgraph=True)
