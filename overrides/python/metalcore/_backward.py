@@ -14,11 +14,12 @@ torch_gelu, torch_silu, torch_softmax, torch_layer_norm = F.gelu, F.silu, F.soft
 
 
 def torch_rms_norm(x, weight, eps, dims=(-1,)):
-    """RMSNorm in PyTorch's ops: float32 statistics, the result cast back to
-    x's dtype, then times weight. The mean is a sum divided (as PyTorch's
-    mean computes it), which a DTensor sharded on dims reduces with a sum:
-    gloo has no average."""
-    xf = x.float()
+    """RMSNorm in PyTorch's ops: the statistics in float32 (float64 for a
+    float64 x, as PyTorch's own computes them), the result cast back to x's
+    dtype, then times weight. The mean is a sum divided (as PyTorch's mean
+    computes it), which a DTensor sharded on dims reduces with a sum: gloo
+    has no average."""
+    xf = x if x.dtype == torch.float64 else x.float()
     n = math.prod(x.shape[d] for d in dims)
     y = (xf * torch.rsqrt(xf.pow(2).sum(dims, keepdim=True) / n + eps)).to(x.dtype)
     return y if weight is None else y * weight

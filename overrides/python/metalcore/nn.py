@@ -11,9 +11,17 @@ from . import _backward, _dist, _lib, _ops, functional
 from .functional import admit_gelu, admit_norm, admit_softmax, last_dim_only, normalized
 
 
-def _eps(eps, x):
-    """RMSNorm's eps: None means the input dtype's epsilon."""
-    return torch.finfo(x.dtype).eps if eps is None and x.is_floating_point() else eps
+class _DtypeEps(dict):
+    """RMSNorm's eps for eps=None, by input dtype: the dtype's epsilon
+    (torch.finfo's, kept once asked: building a finfo each call costs more
+    than the lookup), None for a dtype that is not floating."""
+
+    def __missing__(self, dtype):
+        eps = self[dtype] = torch.finfo(dtype).eps if dtype.is_floating_point else None
+        return eps
+
+
+_DTYPE_EPS = _DtypeEps()
 
 
 def _scripted_rms_norm(x: torch.Tensor, dims: List[int], eps: Optional[float],
@@ -27,7 +35,7 @@ def _scripted_rms_norm(x: torch.Tensor, dims: List[int], eps: Optional[float],
             eps = 0.0078125
         elif x.dtype == torch.float64:
             eps = 2.220446049250313e-16
-    xf = x.float()
+    xf = x if x.dtype == torch.float64 else x.float()
     y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
     if weight is not None:
         y = y * weight
@@ -66,7 +74,7 @@ class RMSNorm(torch.nn.Module):
     def forward(self, x):
         eps, weight = self.eps, _param(self, "weight")
         if eps is None:
-            eps = _eps(eps, x)
+            eps = _DTYPE_EPS[x.dtype]
         if last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, weight)
             if why is None:
@@ -128,7 +136,7 @@ class FusedAddRMSNorm(RMSNorm):
     wanted, the sum and the norm are PyTorch's and metalcore's own ops."""
 
     def forward(self, x, residual):
-        eps, weight = _eps(self.eps, x), _param(self, "weight")
+        eps, weight = _DTYPE_EPS[x.dtype] if self.eps is None else self.eps, _param(self, "weight")
         if not _ops._wants_grad(x, residual, weight) and last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, residual, weight)
             if why is None and residual.shape == x.shape:

@@ -120,6 +120,28 @@ def test_module(device):
     assert m.weight.grad is not None
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_module_default_eps_is_the_dtypes_epsilon(device, dtype):
+    """RMSNorm and FusedAddRMSNorm with eps=None normalize with the input
+    dtype's epsilon (torch.nn.RMSNorm's default), on rows small enough for
+    it to matter (mean square about eps): float64 is PyTorch's arithmetic,
+    in float64 as PyTorch's own, the others metalcore's; torch.jit.script's
+    module (PyTorch's ops) agrees."""
+    m = metalcore.nn.RMSNorm(64, device=device, dtype=dtype)
+    fused = metalcore.nn.FusedAddRMSNorm(64, device=device, dtype=dtype)
+    eps = torch.finfo(dtype).eps
+    x = (torch.randn(5, 64, device=device, dtype=torch.float64) * eps ** 0.5).to(dtype)
+    want = ref_rms(x, m.weight.detach(), eps)
+    assert (ref_rms(x, None, 2 * eps) - want).abs().max() > 0.1 * want.abs().max()  # eps matters here
+    tol = 1e-12 if dtype == torch.float64 else None
+    with torch.no_grad():
+        close(m(x), want, dtype, "rms_norm", tol)
+        close(torch.jit.script(m)(x), want, dtype, "rms_norm under torch.jit.script", tol)
+        y, total = fused(x, torch.zeros_like(x))
+    close(y, want, dtype, "fused_add_rms_norm", tol)
+    assert torch.equal(total, x)
+
+
 def test_unsupported_input_is_refused_saying_why():
     with pytest.raises(ValueError, match="unsupported input: dtype float64"):
         metalcore.silu(torch.randn(4, 4, dtype=torch.float64))
