@@ -149,7 +149,7 @@ def layer_rows(device):
         ("    the stream or encoder (the Forms' queue getter)", lambda: forms.queue()),
         ("    mc_silu_fwd, descriptors made beforehand", prebuilt),
         ("metalcore.rms_norm, weight requires grad", lambda: metalcore.rms_norm(x, w)),
-        ("  the autograd Function alone", lambda: _ops.rms_norm(x, w, 1e-6)),
+        ("  _ops.rms_norm (its Function and kernel call; no checks, no Forms)", lambda: _ops.rms_norm(x, w, 1e-6)),
         ("metalcore.silu, input requires grad", lambda: metalcore.silu(xg)),
     ]
 
