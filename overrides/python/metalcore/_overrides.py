@@ -102,21 +102,25 @@ _off_answers = {}
 SMALL_CUDA_BYTES = 2 << 20
 
 
-# Softmax rows shorter than this stay PyTorch's on CUDA where no gradient is
-# wanted: its forward (a warp taking several short rows) is the faster one
-# there, while metalcore's forward and backward together are not the slower
-# (bench/python_ops.md).
-SHORT_CUDA_SOFTMAX_ROW = 512
+# Softmax rows on CUDA that stay PyTorch's: shorter than SHORT_CUDA_SOFTMAX_ROW
+# where no gradient is wanted, shorter than SHORTER_CUDA_SOFTMAX_ROW either
+# way. PyTorch's forward (a warp taking several short rows) is the faster
+# there; from SHORTER_CUDA_SOFTMAX_ROW on, metalcore's forward and backward
+# together are the faster (bench/python_ops.md).
+SHORT_CUDA_SOFTMAX_ROW, SHORTER_CUDA_SOFTMAX_ROW = 512, 256
+SHORT_ROWS = "short CUDA rows (PyTorch's softmax is the faster there)"
 
 
 def _admit_softmax(input, dim, dtype):
-    """admit_softmax's answer, or why a CUDA input of short rows with no
-    gradient wanted stays PyTorch's (SHORT_CUDA_SOFTMAX_ROW). Eager calls
-    only (those admit gives Forms)."""
+    """admit_softmax's answer, or why a CUDA input of short rows stays
+    PyTorch's (SHORT_CUDA_SOFTMAX_ROW). Eager calls only (those admit gives
+    Forms)."""
     why, forms = admit_softmax(input, dim, dtype)
-    if why is None and forms is not None and input.is_cuda and input.shape[-1] < SHORT_CUDA_SOFTMAX_ROW and \
-            not (torch.is_grad_enabled() and input.requires_grad):
-        why = "short CUDA rows, no gradient (PyTorch's forward is faster)"
+    if why is None and forms is not None and input.is_cuda:
+        n = input.shape[-1]
+        if n < SHORTER_CUDA_SOFTMAX_ROW or n < SHORT_CUDA_SOFTMAX_ROW and not (
+                torch.is_grad_enabled() and input.requires_grad):
+            why = SHORT_ROWS
     return why, forms
 
 

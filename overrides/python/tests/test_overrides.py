@@ -216,35 +216,36 @@ def test_small_cuda_inputs_stay_pytorchs(device, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("call", ["F.softmax", "torch.softmax", "Tensor.softmax"])
-def test_short_cuda_softmax_rows_without_grad_stay_pytorchs(device, call):
-    """On CUDA a softmax over rows shorter than SHORT_CUDA_SOFTMAX_ROW with
-    no gradient wanted goes to PyTorch's own op (its exact result, counted
-    as a fallback); with a gradient wanted, or over rows that long, to
-    metalcore. On the CPU row length does not matter."""
-    from metalcore import _lib
+def test_short_cuda_softmax_rows_stay_pytorchs(device, call):
+    """On CUDA a softmax over rows shorter than SHORTER_CUDA_SOFTMAX_ROW, or
+    shorter than SHORT_CUDA_SOFTMAX_ROW with no gradient wanted, goes to
+    PyTorch's own op (its exact result, counted as a fallback); between the
+    two with a gradient wanted, or over rows that long, to metalcore. On the
+    CPU row length does not matter."""
+    from metalcore import _lib, _overrides
     fn = {"F.softmax": lambda x: F.softmax(x, -1), "torch.softmax": lambda x: torch.softmax(x, -1),
           "Tensor.softmax": lambda x: x.softmax(-1)}[call]
-    rows = 2 * SMALL_CUDA_BYTES // 2 // 64  # well above the small-input rule at 64 bfloat16s a row
-    short = metalcore._overrides.SHORT_CUDA_SOFTMAX_ROW - 1
-    x = torch.randn(rows, short, device=device, dtype=torch.bfloat16)
-    long = torch.randn(rows * short // 512, 512, device=device, dtype=torch.bfloat16)
-    reason = "short CUDA rows, no gradient (PyTorch's forward is faster)"
+    short, shorter = _overrides.SHORT_CUDA_SOFTMAX_ROW, _overrides.SHORTER_CUDA_SOFTMAX_ROW
+
+    def rows_of(n):  # bfloat16 rows of n, twice SMALL_CUDA_BYTES (past the small-input rule)
+        return torch.randn(2 * SMALL_CUDA_BYTES // 2 // n, n, device=device, dtype=torch.bfloat16)
+
+    cuda = device == "cuda"
     with metalcore.pytorch_overrides(ops=["softmax"]):
-        metalcore.reset_call_counts()
-        metalcore.reset_fallback_counts()
-        got = fn(x)
-        with metalcore.pytorch_overrides(ops=[]):
-            want = fn(x)
-        fell = metalcore.fallback_counts().get("softmax", {})
-        if device == "cuda":
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
-            assert _lib.CALLS["softmax_fwd"] == 0 and fell == {reason: 1}, (dict(_lib.CALLS), fell)
-        else:
-            assert _lib.CALLS["softmax_fwd"] == 1 and not fell, (dict(_lib.CALLS), fell)
-        metalcore.reset_call_counts()
-        fn(x.requires_grad_()).sum().backward()
-        fn(long)
-        assert _lib.CALLS["softmax_fwd"] == 2 and _lib.CALLS["softmax_bwd"] == 1, dict(_lib.CALLS)
+        for n, grad, pytorchs in [(shorter - 1, True, cuda), (shorter - 1, False, cuda), (shorter, True, False),
+                                  (short - 1, False, cuda), (short - 1, True, False), (short, False, False)]:
+            x = rows_of(n).requires_grad_(grad)
+            metalcore.reset_call_counts()
+            metalcore.reset_fallback_counts()
+            got = fn(x)
+            with metalcore.pytorch_overrides(ops=[]):
+                want = fn(x)
+            fell = metalcore.fallback_counts().get("softmax", {})
+            if pytorchs:
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+                assert _lib.CALLS["softmax_fwd"] == 0 and fell == {_overrides.SHORT_ROWS: 1}, (n, grad, fell)
+            else:
+                assert _lib.CALLS["softmax_fwd"] == 1 and not fell, (n, grad, dict(_lib.CALLS), fell)
 
 
 @pytest.mark.skipif(not metalcore._ops.CUSTOM_OPS, reason=f"PyTorch {torch.__version__} has no custom ops (2.4+)")
