@@ -113,8 +113,8 @@ SHORT_ROWS = "short CUDA rows (PyTorch's softmax is the faster there)"
 
 def _admit_softmax(input, dim, dtype):
     """admit_softmax's answer, or why a CUDA input of short rows stays
-    PyTorch's (SHORT_CUDA_SOFTMAX_ROW). Eager calls only (those admit gives
-    Forms)."""
+    PyTorch's (SHORT_CUDA_SOFTMAX_ROW, SHORTER_CUDA_SOFTMAX_ROW). Eager
+    calls only (those admit gives Forms)."""
     why, forms = admit_softmax(input, dim, dtype)
     if why is None and forms is not None and input.is_cuda:
         n = input.shape[-1]

@@ -11,17 +11,15 @@ from . import _backward, _dist, _lib, _ops, functional
 from .functional import admit_gelu, admit_norm, admit_softmax, last_dim_only, normalized
 
 
-class _DtypeEps(dict):
-    """RMSNorm's eps for eps=None, by input dtype: the dtype's epsilon
-    (torch.finfo's, kept once asked: building a finfo each call costs more
-    than the lookup), None for a dtype that is not floating."""
-
-    def __missing__(self, dtype):
-        eps = self[dtype] = torch.finfo(dtype).eps if dtype.is_floating_point else None
-        return eps
+# The common dtypes' epsilons, looked up without building a torch.finfo
+_DTYPE_EPS = {t: torch.finfo(t).eps for t in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
-_DTYPE_EPS = _DtypeEps()
+def _default_eps(x):
+    """RMSNorm's eps for eps=None: x's dtype's epsilon (None for a dtype
+    that is not floating, which the norm then refuses as PyTorch's does)."""
+    eps = _DTYPE_EPS.get(x.dtype)
+    return eps if eps is not None or not x.is_floating_point() else torch.finfo(x.dtype).eps
 
 
 def _scripted_rms_norm(x: torch.Tensor, dims: List[int], eps: Optional[float],
@@ -74,7 +72,7 @@ class RMSNorm(torch.nn.Module):
     def forward(self, x):
         eps, weight = self.eps, _param(self, "weight")
         if eps is None:
-            eps = _DTYPE_EPS[x.dtype]
+            eps = _default_eps(x)
         if last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, weight)
             if why is None:
@@ -136,7 +134,7 @@ class FusedAddRMSNorm(RMSNorm):
     wanted, the sum and the norm are PyTorch's and metalcore's own ops."""
 
     def forward(self, x, residual):
-        eps, weight = _DTYPE_EPS[x.dtype] if self.eps is None else self.eps, _param(self, "weight")
+        eps, weight = _default_eps(x) if self.eps is None else self.eps, _param(self, "weight")
         if not _ops._wants_grad(x, residual, weight) and last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, residual, weight)
             if why is None and residual.shape == x.shape:
