@@ -16,12 +16,17 @@ from .functional import (admit_gelu, admit_norm, admit_softmax, forms_misfit, la
 
 # Where each op is on by default: a device type (every dtype) or
 # "device/dtype". Chosen through the public API against PyTorch at equal
-# threads (bench/overrides_cpu.md: on the CPU the bfloat16 ops that are
-# faster forward and forward + backward, and QR, bench/qr.md;
-# bench/python_ops.md on CUDA; Cholesky and solve, bench/linalg.md).
+# threads, where metalcore is faster forward and forward + backward
+# (bench/overrides_cpu.md on the CPU, and QR, bench/qr.md; bench/python_ops.md
+# on CUDA; the rest of linalg, bench/linalg.md). On the CPU that depends on
+# the PyTorch: with 2.x's own bfloat16 LayerNorm and SiLU, forward +
+# backward, PyTorch is the faster, with 1.13's metalcore; with GELU PyTorch
+# on both.
+_PYTORCH_1 = torch.__version__.split(".")[0] == "1"
 DEFAULTS = {
     "cpu": {"qr", "cholesky", "solve", "eigh", "svd"},
-    "cpu/bfloat16": {"layer_norm", "gelu", "silu"},
+    "cpu/float32": {"rms_norm"},
+    "cpu/bfloat16": {"rms_norm"} | ({"layer_norm", "silu"} if _PYTORCH_1 else set()),
     "cuda": {"rms_norm", "softmax", "cholesky", "solve", "eigh", "svd"},
 }
 ALL = {"rms_norm", "layer_norm", "softmax", "gelu", "silu", "qr", "cholesky", "solve", "eigh", "svd"}

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("restore_overrides")
 def test_enable_disable_identity():
     metalcore.enable_pytorch_overrides()
     metalcore.enable_pytorch_overrides()  # idempotent
-    assert F.gelu is not ORIGINALS["gelu"]
+    assert F.softmax is not ORIGINALS["softmax"]
     metalcore.disable_pytorch_overrides()
     metalcore.disable_pytorch_overrides()
     for name, fn in ORIGINALS.items():
@@ -158,26 +158,47 @@ def test_gradcheck_through_the_patched_functions():
         assert torch.autograd.gradcheck(lambda t, g: F.layer_norm(t, (6,), g), (x, w))
 
 
+def test_cpu_defaults():
+    """The default overrides on the CPU: rms_norm (where PyTorch has
+    F.rms_norm) in float32 and bfloat16, bfloat16 layer_norm and silu on
+    PyTorch 1.x only, never gelu, softmax or float32 activations."""
+    from metalcore import _lib
+    pytorch_1 = torch.__version__.split(".")[0] == "1"
+    x = torch.randn(4, 64)
+    calls = [("gelu_fwd", lambda x: F.gelu(x), {torch.float32: False, torch.bfloat16: False}),
+             ("softmax_fwd", lambda x: F.softmax(x, -1), {torch.float32: False, torch.bfloat16: False}),
+             ("silu_fwd", lambda x: F.silu(x), {torch.float32: False, torch.bfloat16: pytorch_1}),
+             ("layernorm_fwd", lambda x: F.layer_norm(x, (64,)), {torch.float32: False, torch.bfloat16: pytorch_1})]
+    if hasattr(F, "rms_norm"):
+        calls.append(("rmsnorm_fwd", lambda x: F.rms_norm(x, (64,)), {torch.float32: True, torch.bfloat16: True}))
+    with metalcore.pytorch_overrides():
+        for kernel, call, ours in calls:
+            for dtype, want in ours.items():
+                metalcore.reset_call_counts()
+                call(x.to(dtype))
+                assert _lib.CALLS[kernel] == int(want), (kernel, dtype, dict(_lib.CALLS))
+
+
 def test_selection_changes_reach_a_patched_function():
     """A function that stays patched while its selection changes (the
-    defaults turn silu on for bfloat16 CPU tensors only) follows each
-    change: its remembered answer for a device and dtype is the selection's
-    in force."""
+    defaults turn softmax on for CUDA only) follows each change: its
+    remembered answer for a device and dtype is the selection's in force."""
     from metalcore import _lib
     x = torch.randn(4, 8)
-    reason = ("silu", "not enabled for cpu float32")
+    want = ORIGINALS["softmax"](x, -1)  # (it calls Tensor.softmax, which the overrides patch too)
+    reason = ("softmax", "not enabled for cpu float32")
     metalcore.enable_pytorch_overrides()
     metalcore.reset_fallback_counts()
     steps = []
     for selection in ("defaults", "all", "defaults", "all"):
-        calls, fell = _lib.CALLS["silu_fwd"], _lib.FALLBACKS[reason]
+        calls, fell = _lib.CALLS["softmax_fwd"], _lib.FALLBACKS[reason]
         if selection == "all":
-            with metalcore.pytorch_overrides(ops=["silu"]):
-                torch.testing.assert_close(F.silu(x), ORIGINALS["silu"](x))
+            with metalcore.pytorch_overrides(ops=["softmax"]):
+                torch.testing.assert_close(F.softmax(x, -1), want)
         else:
-            assert F.silu is not ORIGINALS["silu"]
-            torch.testing.assert_close(F.silu(x), ORIGINALS["silu"](x))
-        steps.append((_lib.CALLS["silu_fwd"] - calls, _lib.FALLBACKS[reason] - fell))
+            assert F.softmax is not ORIGINALS["softmax"]
+            torch.testing.assert_close(F.softmax(x, -1), want)
+        steps.append((_lib.CALLS["softmax_fwd"] - calls, _lib.FALLBACKS[reason] - fell))
     assert steps == [(0, 1), (1, 0), (0, 1), (1, 0)]
 
 
