@@ -27,7 +27,7 @@ import harness
 import metalcore
 
 ROUNDS, CALLS = 15, 1000
-OVERRIDDEN = ("layer_norm", "softmax", "gelu", "silu")
+OVERRIDDEN = ("rms_norm", "layer_norm", "softmax", "gelu", "silu")
 
 
 def host_us(fn, device, calls=CALLS):
@@ -86,7 +86,7 @@ def cases(device):
         ours, theirs = ours.to(device, dtype), theirs.to(device, dtype)
         out.append((name, lambda m=ours: m(x), lambda m=theirs: m(x)))
     # the patched functions, called only while the overrides are on (see main); PyTorch's kept aside
-    originals = {n: getattr(F, n) for n in ("layer_norm", "softmax", "gelu", "silu")}
+    originals = {n: getattr(F, n) for n in OVERRIDDEN if hasattr(F, n)}  # F.rms_norm from PyTorch 2.4
     with metalcore.pytorch_overrides(list(OVERRIDDEN)):
         patched = {n: getattr(F, n) for n in originals}
     out += [("override F.layer_norm", lambda: patched["layer_norm"](x, (64,), w, b),
@@ -94,6 +94,9 @@ def cases(device):
             ("override F.softmax", lambda: patched["softmax"](x, -1), lambda: originals["softmax"](x, -1)),
             ("override F.gelu", lambda: patched["gelu"](x), lambda: originals["gelu"](x)),
             ("override F.silu", lambda: patched["silu"](x), lambda: originals["silu"](x))]
+    if "rms_norm" in originals:
+        out.append(("override F.rms_norm", lambda: patched["rms_norm"](x, (64,), w, 1e-6),
+                    lambda: originals["rms_norm"](x, (64,), w, 1e-6)))
     a = torch.randn(8, 8, device=device, dtype=torch.float32)
     out.append(("linalg.qr 8x8", lambda: metalcore.linalg.qr(a), lambda: torch.linalg.qr(a)))
     return out
