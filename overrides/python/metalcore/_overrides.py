@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _lib, _ops, linalg
-from .functional import (admit_gelu, admit_norm, admit_softmax, forms_misfit, last_dim_only, normalized,
+from .functional import (admit_gelu, admit_norm, admit_softmax, default_eps, forms_misfit, last_dim_only, normalized,
                          upcasts)
 
 # Where each op is on by default: a device type (every dtype) or
@@ -148,7 +148,7 @@ def _last_dim(input, normalized_shape):
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
-    eps_ = torch.finfo(input.dtype).eps if eps is None and isinstance(input, torch.Tensor) else eps
+    eps_ = default_eps(input) if eps is None and isinstance(input, torch.Tensor) else eps
     why = _off_or_small("rms_norm", input) or _last_dim(input, normalized_shape)
     if why is None:
         why, forms = admit_norm(input, eps_, weight)

@@ -46,6 +46,17 @@ def _refuse(what, why):
                      "PyTorch overrides fall back to PyTorch for other inputs)")
 
 
+# The common dtypes' epsilons, looked up without building a torch.finfo
+_DTYPE_EPS = {t: torch.finfo(t).eps for t in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+
+
+def default_eps(x):
+    """RMSNorm's eps for eps=None: x's dtype's epsilon (None for a dtype
+    that is not floating, which the norm then refuses as PyTorch's does)."""
+    eps = _DTYPE_EPS.get(x.dtype)
+    return eps if eps is not None or not x.is_floating_point() else torch.finfo(x.dtype).eps
+
+
 def admit_norm(x, eps, *params):
     """(why, forms): why a norm over x's last dimension with these tensors
     (weight, bias or residual, in the kernel call's order) and eps is not

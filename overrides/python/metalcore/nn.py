@@ -8,18 +8,7 @@ from typing import List, Optional
 import torch
 
 from . import _backward, _dist, _lib, _ops, functional
-from .functional import admit_gelu, admit_norm, admit_softmax, last_dim_only, normalized
-
-
-# The common dtypes' epsilons, looked up without building a torch.finfo
-_DTYPE_EPS = {t: torch.finfo(t).eps for t in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
-
-
-def _default_eps(x):
-    """RMSNorm's eps for eps=None: x's dtype's epsilon (None for a dtype
-    that is not floating, which the norm then refuses as PyTorch's does)."""
-    eps = _DTYPE_EPS.get(x.dtype)
-    return eps if eps is not None or not x.is_floating_point() else torch.finfo(x.dtype).eps
+from .functional import admit_gelu, admit_norm, admit_softmax, default_eps, last_dim_only, normalized
 
 
 def _scripted_rms_norm(x: torch.Tensor, dims: List[int], eps: Optional[float],
@@ -72,7 +61,7 @@ class RMSNorm(torch.nn.Module):
     def forward(self, x):
         eps, weight = self.eps, _param(self, "weight")
         if eps is None:
-            eps = _default_eps(x)
+            eps = default_eps(x)
         if last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, weight)
             if why is None:
@@ -134,7 +123,7 @@ class FusedAddRMSNorm(RMSNorm):
     wanted, the sum and the norm are PyTorch's and metalcore's own ops."""
 
     def forward(self, x, residual):
-        eps, weight = _default_eps(x) if self.eps is None else self.eps, _param(self, "weight")
+        eps, weight = default_eps(x) if self.eps is None else self.eps, _param(self, "weight")
         if not _ops._wants_grad(x, residual, weight) and last_dim_only(x, self.normalized_shape):
             why, forms = admit_norm(x, eps, residual, weight)
             if why is None and residual.shape == x.shape:

@@ -1,5 +1,7 @@
 """Patching torch.nn.functional: identity, fallbacks, and a model trained with
 and without the overrides."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -71,6 +73,12 @@ def test_errors_are_pytorchs():
         F.softmax(torch.randn(2, 3), dim=5)
     with pytest.raises(type(mine.value)):
         ORIGINALS["softmax"](torch.randn(2, 3), dim=5)
+    if hasattr(F, "rms_norm"):  # eps=None on an integer input: PyTorch's refusal, not finfo's
+        ints = torch.ones(2, 4, dtype=torch.int64)
+        with metalcore.pytorch_overrides(ops=["rms_norm"]), pytest.raises(Exception) as mine:
+            F.rms_norm(ints, (4,))
+        with pytest.raises(type(mine.value), match=re.escape(str(mine.value))):
+            metalcore._overrides._PYTORCH["rms_norm"](ints, (4,))
 
 
 @pytest.mark.parametrize("weight_rows", [5, 4])
