@@ -15,6 +15,9 @@ var kernels string
 func init() {
 	cuda.Register(kernels)
 	fwd.Register(core.DeviceCUDA, func(x, y *core.View, enc unsafe.Pointer) error {
+		if lanes := shortRowLanes(x); lanes > 0 {
+			return shortRows(fwdKernel(x, y)+"_short", enc, lanes, x, y)
+		}
 		return rowKernel(fwdKernel(x, y), x.DType, enc, true, x, y)
 	})
 	bwd.Register(core.DeviceCUDA, func(dy, y, dx *core.View, enc unsafe.Pointer) error {
@@ -47,4 +50,44 @@ func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ..
 	}
 	args = append(args, cuda.I32(x.Cols))
 	return cuda.Backend(cuda.Launch(dev, enc, kernel, blocks, threads, args...))
+}
+
+// The short-rows forward (softmax.cu's softmax_short_rows): rows of at
+// most maxShortRow bytes, a multiple of 16, take it, each shortRowPieces
+// 16-byte pieces a thread at most, blocks of shortThreads threads. On an
+// H100 it beats the kernels of a block a row by 1.9-25x on such rows
+// (bench/python_ops.md), but not on longer ones, nor on rows of other
+// widths, whose unaligned pieces it reads element by element.
+const (
+	maxShortRow    = 256
+	shortRowPieces = 4 // SHORT_PIECES
+	shortThreads   = 128
+)
+
+// shortRowLanes is the threads a row of x takes in the short-rows forward
+// (a power of two), or 0 for rows it does not take.
+func shortRowLanes(x *core.View) int {
+	bytes := x.Cols * x.DType.Size()
+	if bytes > maxShortRow || bytes%16 != 0 {
+		return 0
+	}
+	lanes := 1
+	for lanes*shortRowPieces*16 < bytes {
+		lanes *= 2
+	}
+	return lanes
+}
+
+// shortRows launches a short-rows forward kernel: x's and y's pointers
+// and row strides, the rows, the width and the threads a row.
+func shortRows(name string, enc unsafe.Pointer, lanes int, x, y *core.View) error {
+	strides, err := dialect.RowStrides(x, y)
+	if err != nil {
+		return err
+	}
+	perBlock := shortThreads / lanes
+	blocks := (x.Rows + perBlock - 1) / perBlock
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel(name, x.DType), blocks, shortThreads,
+		cuda.Ptr(x.Base), cuda.I64(strides[0]), cuda.Ptr(y.Base), cuda.I64(strides[1]), cuda.I32(x.Rows),
+		cuda.I32(x.Cols), cuda.I32(lanes)))
 }

@@ -2,6 +2,7 @@ package softmax
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,25 +18,31 @@ func outFor(c tu.Case, in *tu.Tensor) *tu.Tensor {
 	return c.New(c.Shape, 0)
 }
 
-func TestFwd(t *testing.T) {
-	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
-		x := c.New(c.Shape, 0)
-		xs := x.Rand(tu.RNG(t), 4)
-		y := outFor(c, x)
-		require.NoError(t, Fwd(x.Ptr(), y.Ptr(), nil), c)
-		var want []float64
-		for _, row := range tu.Rows(xs, c.Cols()) {
-			want = append(want, RefSoftmax(row)...)
-		}
-		tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
-		require.True(t, y.PaddingPoisoned(), "%v: wrote outside y's elements", c)
-	})
+func TestFwd(t *testing.T) { tu.Cases(t, tu.Shapes, checkFwd) }
+
+// manyShortRows: blocks of several rows a warp (the CUDA forward's
+// short-rows kernel), the last block's and warp's partly past the end.
+var manyShortRows = [][]int64{{333, 8}, {1000, 24}, {129, 64}, {257, 128}, {3, 67, 16}}
+
+func TestFwdManyShortRows(t *testing.T) { tu.Cases(t, manyShortRows, checkFwd) }
+
+func checkFwd(t *testing.T, c tu.Case) {
+	x := c.New(c.Shape, 0)
+	xs := x.Rand(tu.RNG(t), 4)
+	y := outFor(c, x)
+	require.NoError(t, Fwd(x.Ptr(), y.Ptr(), nil), c)
+	var want []float64
+	for _, row := range tu.Rows(xs, c.Cols()) {
+		want = append(want, RefSoftmax(row)...)
+	}
+	tu.Close(t, c.String()+" y", y.Values(), want, tu.Tol(c.DT))
+	require.True(t, y.PaddingPoisoned(), "%v: wrote outside y's elements", c)
 }
 
 // A 16-bit x with a float32 y (softmax(x, dtype=torch.float32)): the
 // float32 result of the 16-bit values, to float32 accuracy.
 func TestFwdFloat32Output(t *testing.T) {
-	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+	tu.Cases(t, slices.Concat(tu.Shapes, manyShortRows), func(t *testing.T, c tu.Case) {
 		if c.DT == core.F32 || c.InPlace {
 			return // the same dtype (TestFwd), or in place: not with two dtypes
 		}
