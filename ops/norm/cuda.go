@@ -113,15 +113,11 @@ func normBwdCUDA(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.Vi
 	if err := cuda.Launch(dev, enc, name, blocks, threads, args...); err != nil || ws == nil {
 		return cuda.Backend(err)
 	}
-	for i, g := range gs {
-		if g == nil {
-			continue
-		}
-		err := cuda.Launch(dev, enc, dialect.Kernel("column_sum", x.DType), (x.Cols+31)/32, 256,
-			cuda.Ptr(unsafe.Add(ws.Base, i*x.Cols*4)), cuda.I32(blocks), cuda.I64(int64(ncol*x.Cols)), cuda.I32(x.Cols), cuda.Ptr(g.Base))
-		if err != nil {
-			return cuda.Backend(err)
-		}
+	// one launch sums every gradient's partials (column_sum)
+	outs := [2]uint64{cuda.View(gs[0]), 0}
+	if len(gs) > 1 {
+		outs[1] = cuda.View(gs[1])
 	}
-	return nil
+	return cuda.Backend(cuda.Launch(dev, enc, dialect.Kernel("column_sum", x.DType), (x.Cols+31)/32*len(gs), 256,
+		cuda.Ptr(ws.Base), cuda.I32(blocks), cuda.I64(int64(ncol*x.Cols)), cuda.I32(x.Cols), outs[0], outs[1]))
 }

@@ -90,15 +90,13 @@ func normBwdMetal(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.V
 	p.Dispatch(name, blocks, p.Threads(name, threads), metal.Buf(b.dy), metal.I64(st[0]), metal.Buf(x), metal.I64(st[1]),
 		metal.Buf(b.w), metal.Buf(mean), metal.Buf(rstd), metal.Buf(b.dx), metal.I64(st[2]), partials, metal.I32(x.Rows),
 		metal.I32(x.Cols))
-	for i, g := range gs {
-		if g == nil {
-			continue
+	if ws != nil { // one dispatch sums every gradient's partials (column_sum)
+		outs := [2]metal.Arg{metal.Buf(gs[0]), metal.Buf(nil)}
+		if len(gs) > 1 {
+			outs[1] = metal.Buf(gs[1])
 		}
-		// gradient i's partials: a row of cols in each block's ncol rows
 		sum := dialect.Kernel("column_sum", x.DType)
-		p.Dispatch(sum, (x.Cols+31)/32, p.Threads(sum, 256),
-			metal.BufAt(ws, int64(i*x.Cols*4), partialBytes(x, ncol, blocks)-int64(i*x.Cols*4)), metal.I32(blocks),
-			metal.I64(int64(ncol*x.Cols)), metal.I32(x.Cols), metal.Buf(g))
+		p.Dispatch(sum, (x.Cols+31)/32*len(gs), p.Threads(sum, 256), partials, metal.I32(blocks), metal.I64(int64(ncol*x.Cols)), metal.I32(x.Cols), outs[0], outs[1])
 	}
 	return p.Encode()
 }

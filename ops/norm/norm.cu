@@ -461,13 +461,14 @@ MC_INSTANTIATE_GROUP(rmsnorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_PAR
 MC_INSTANTIATE_GROUP(layernorm_bwd, MC_BLOCK_SUM2_SCRATCH, MC_BOUNDS(512, 1), MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 MC_INSTANTIATE_GROUP(layernorm_bwd_ahead, MC_BLOCK_SUM2_SCRATCH, , MC_NORM_BWD_PARAMS, MC_NORM_BWD_ARGS)
 
-// out[c] = sum over blocks b of partial[b*stride + c]. A block of up to 256
-// threads takes 32 columns: its groups of 32 (8 at most) each sum every
-// ng-th partial row, then the groups' sums add in group order, so the
-// result does not depend on timing (deterministic). part: 8 rows of 33
-// floats.
-// a group's sum of every ng-th partial row from row group; NG, when not 0,
-// is ng known when compiled (CUDA's 8 groups: the loads unroll)
+// out[c] = sum over blocks b of partial[b*stride + c], for each of the
+// gradients out0 and out1 (absent where NULL), out1's partials cols floats
+// past out0's: the blocks of gradient i are [i*colBlocks, (i+1)*colBlocks),
+// colBlocks = ceil(cols / 32), so that one launch sums both of LayerNorm's.
+// A block of up to 256 threads takes 32 columns: its groups of 32 (8 at
+// most) each sum every ng-th partial row, then the groups' sums add in group
+// order, so the result does not depend on timing (deterministic). part: 8
+// rows of 33 floats.
 template <int NG>
 MC_DEVICE float column_part(MC_GLOBAL const float* partial, int group, int blocks, mc_i64 stride, int c, int ng) {
     float s = 0.f;
@@ -477,9 +478,13 @@ MC_DEVICE float column_part(MC_GLOBAL const float* partial, int group, int block
 
 template <class D>
 MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, MC_GLOBAL const float* partial, int blocks, mc_i64 stride,
-                          int cols, MC_GLOBAL void* out) {
+                          int cols, MC_GLOBAL void* out0, MC_GLOBAL void* out1) {
+    mc_i64 col_blocks = (cols + 31) / 32, which = MC_BLOCK / col_blocks;
+    MC_GLOBAL void* out = which ? out1 : out0;
+    if (!out) return;
+    partial += which * cols;
     int lane = MC_TID & 31, group = MC_TID >> 5, ng = MC_NTHREADS >> 5;
-    int c = (int)(MC_BLOCK * 32 + lane);
+    int c = (int)((MC_BLOCK - which * col_blocks) * 32 + lane);
     float s = 0.f;
     if (c < cols)
         s = ng == 8 ? column_part<8>(partial, group, blocks, stride, c, ng)
@@ -492,5 +497,6 @@ MC_DEVICE void column_sum(MC_IDS, MC_GROUP float* part, MC_GLOBAL const float* p
     }
 }
 MC_INSTANTIATE_GROUP(column_sum, 8 * 33, ,
-                     (MC_GLOBAL const float* partial, int blocks, mc_i64 stride, int cols, MC_GLOBAL void* out),
-                     (partial, blocks, stride, cols, out))
+                     (MC_GLOBAL const float* partial, int blocks, mc_i64 stride, int cols, MC_GLOBAL void* out0,
+                      MC_GLOBAL void* out1),
+                     (partial, blocks, stride, cols, out0, out1))

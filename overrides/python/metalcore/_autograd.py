@@ -26,13 +26,14 @@ class RMSNorm(torch.autograd.Function):
     def forward(ctx, x, weight, eps, forms):
         y, rstd = _kernels.rms_norm(x, weight, eps, True, forms)
         ctx.save_for_backward(x, weight, rstd)
-        ctx.eps = eps
+        ctx.eps, ctx.forms = eps, forms
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        return _backward.rms_norm(_kernels, dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2]) + (None, None)
+        return _backward.rms_norm(_kernels, dy, x, weight, rstd, ctx.eps, ctx.needs_input_grad[:2],
+                                  ctx.forms) + (None, None)
 
 
 class LayerNorm(torch.autograd.Function):
@@ -40,14 +41,14 @@ class LayerNorm(torch.autograd.Function):
     def forward(ctx, x, weight, bias, eps, forms):
         y, stats = _kernels.layer_norm(x, weight, bias, eps, True, forms)
         ctx.save_for_backward(x, weight, bias, stats)
-        ctx.eps = eps
+        ctx.eps, ctx.forms = eps, forms
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, bias, stats = ctx.saved_tensors
-        return _backward.layer_norm(_kernels, dy, x, weight, bias, stats, ctx.eps,
-                                    ctx.needs_input_grad[:3]) + (None, None)
+        return _backward.layer_norm(_kernels, dy, x, weight, bias, stats, ctx.eps, ctx.needs_input_grad[:3],
+                                    ctx.forms) + (None, None)
 
 
 class Softmax(torch.autograd.Function):

@@ -106,19 +106,21 @@ def vjp(fn, inputs, dy, needs):
     return tuple(next(grads) if n else None for n in needs)
 
 
-def rms_norm(kernels, dy, x, weight, rstd, eps, needs):
-    """(dx, dweight) for the inputs (x, weight) that need them."""
+def rms_norm(kernels, dy, x, weight, rstd, eps, needs, forms=None):
+    """(dx, dweight) for the inputs (x, weight) that need them; forms: the
+    forward's (its kernel call's)."""
     if torch.is_grad_enabled():
         return vjp(lambda x, w: torch_rms_norm(x, w, eps), (x, weight), dy, needs)
-    return kernels.rms_norm_backward(dy, x, weight, rstd, weight is not None and needs[1])
+    return kernels.rms_norm_backward(dy, x, weight, rstd, weight is not None and needs[1], forms)
 
 
-def layer_norm(kernels, dy, x, weight, bias, stats, eps, needs):
-    """stats: the forward's float32 [2 * rows], means then rstds."""
+def layer_norm(kernels, dy, x, weight, bias, stats, eps, needs, forms=None):
+    """stats: the forward's float32 [2 * rows], means then rstds; forms: the
+    forward's."""
     if torch.is_grad_enabled():
         return vjp(lambda x, w, b: torch_layer_norm(x, x.shape[-1:], w, b, eps), (x, weight, bias), dy, needs)
     return kernels.layer_norm_backward(dy, x, weight, stats, weight is not None and needs[1],
-                                       bias is not None and needs[2])
+                                       bias is not None and needs[2], forms)
 
 
 def softmax(kernels, dy, y, x_dtype):

@@ -167,12 +167,12 @@ class _Backward:
     """The backward kernels as _backward calls them, here the backward ops."""
 
     @staticmethod
-    def rms_norm_backward(dy, x, weight, rstd, want_dw):
+    def rms_norm_backward(dy, x, weight, rstd, want_dw, forms=None):
         dx, dw = rms_norm_backward(dy.contiguous(), x, weight, rstd, want_dw)
         return dx, _empty_as_none(dw, want_dw)
 
     @staticmethod
-    def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
+    def layer_norm_backward(dy, x, weight, stats, want_dw, want_db, forms=None):
         dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, stats, want_dw, want_db)
         return dx, _empty_as_none(dw, want_dw), _empty_as_none(db, want_db)
 

@@ -29,14 +29,14 @@ _glu_fwd, _glu_bwd = lib.mc_glu_fwd, lib.mc_glu_bwd
 _rope = lib.mc_rope
 
 
-_workspace_bytes = {}  # (query, x's form, args) -> bytes: fixed by the shapes and the device
+_workspace_bytes = {}  # (query, x's form or Forms, args) -> bytes: fixed by the shapes and the device
 
 
-def _workspace(query, x, *args):
+def _workspace(query, x, *args, forms=None):
     """The workspace the size query (an mc_*_workspace_size taking x, args,
     then the size's address) asks for, or None when it asks for none; asked
-    once per form of x."""
-    key = (query.__name__, form(x)) + args
+    once per form of x (forms: x's Forms, which name it)."""
+    key = (query.__name__, forms if forms is not None else form(x)) + args
     n = _workspace_bytes.get(key)
     if n is None:
         size = ctypes.c_int64()
@@ -95,15 +95,22 @@ def rms_norm(x, weight, eps, want_rstd=True, forms=None):
     return y, rstd
 
 
-def rms_norm_backward(dy, x, weight, rstd, want_dw):
-    """(dx, dweight); dweight None unless want_dw."""
+# A norm's backward given its forward's Forms keys its plan (in this
+# thread's table: the backward may run on another thread) by them: they fix
+# every tensor's form, dy's too, which autograd hands over in the forward
+# output's shape and dtype, made contiguous here.
+
+def rms_norm_backward(dy, x, weight, rstd, want_dw, forms=None):
+    """(dx, dweight); dweight None unless want_dw. forms: the forward's
+    (the note above)."""
     dy = dy.contiguous()
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight) if want_dw else None
-    ws = _workspace(lib.mc_rmsnorm_bwd_workspace_size, x) if want_dw else None
+    ws = _workspace(lib.mc_rmsnorm_bwd_workspace_size, x, forms=forms) if want_dw else None
     CALLS["rmsnorm_bwd"] += 1
-    a = described(("rmsnorm_bwd", form(dy), form(x), form(weight), form(rstd), form(ws), want_dw),
-                  (dy, x, weight, rstd, dx, dw, ws))
+    key = ("rmsnorm_bwd", forms, want_dw) if forms is not None else \
+        ("rmsnorm_bwd", form(dy), form(x), form(weight), form(rstd), form(ws), want_dw)
+    a = described(key, (dy, x, weight, rstd, dx, dw, ws))
     run(_rmsnorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6])
     return dx, dw
 
@@ -132,16 +139,18 @@ def layer_norm(x, weight, bias, eps, want_stats=True, forms=None):
 _BACKWARD_STATS_HALVES = {3: 0, 4: 1}
 
 
-def layer_norm_backward(dy, x, weight, stats, want_dw, want_db):
-    """(dx, dweight, dbias); each gradient None unless wanted."""
+def layer_norm_backward(dy, x, weight, stats, want_dw, want_db, forms=None):
+    """(dx, dweight, dbias); each gradient None unless wanted. forms: the
+    forward's (the note above)."""
     dy = dy.contiguous()
     dx = torch.empty_like(x)
     dw = torch.empty_like(weight) if want_dw else None
     db = (torch.empty_like(weight) if weight is not None else x.new_empty(x.shape[-1])) if want_db else None
-    ws = _workspace(lib.mc_layernorm_bwd_workspace_size, x) if (want_dw or want_db) else None
+    ws = _workspace(lib.mc_layernorm_bwd_workspace_size, x, forms=forms) if (want_dw or want_db) else None
     CALLS["layernorm_bwd"] += 1
-    a = described(("layernorm_bwd", form(dy), form(x), form(weight), form(stats), form(ws), want_dw, want_db),
-                  (dy, x, weight, stats, stats, dx, dw, db, ws), _BACKWARD_STATS_HALVES)
+    key = ("layernorm_bwd", forms, want_dw, want_db) if forms is not None else \
+        ("layernorm_bwd", form(dy), form(x), form(weight), form(stats), form(ws), want_dw, want_db)
+    a = described(key, (dy, x, weight, stats, stats, dx, dw, db, ws), _BACKWARD_STATS_HALVES)
     run(_layernorm_bwd, x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
     return dx, dw, db
 
