@@ -52,16 +52,15 @@ func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ..
 	return cuda.Backend(cuda.Launch(dev, enc, kernel, blocks, threads, args...))
 }
 
-// The short-rows forward (softmax.cu's softmax_short_rows): rows of at
-// most maxShortRow bytes, a multiple of 16, take it, each shortRowPieces
-// 16-byte pieces a thread at most, blocks of shortThreads threads. On an
-// H100 it beats the kernels of a block a row by 1.9-25x on such rows
-// (bench/python_ops.md), but not on longer ones, nor on rows of other
-// widths, whose unaligned pieces it reads element by element.
+// The short-rows forward (softmax.cu's softmax_short_rows) takes rows of
+// at most maxShortRow bytes, a multiple of 16 (a 16-byte piece a thread,
+// 32 pieces a warp), in blocks of shortThreads threads: on an H100 it beats
+// the kernels of a block a row on such rows, not on longer ones
+// (bench/python_ops.md), nor on rows of other widths, whose pieces it
+// reads element by element.
 const (
-	maxShortRow    = 256
-	shortRowPieces = 4 // SHORT_PIECES
-	shortThreads   = 128
+	maxShortRow  = 512
+	shortThreads = 128
 )
 
 // shortRowLanes is the threads a row of x takes in the short-rows forward
@@ -72,7 +71,7 @@ func shortRowLanes(x *core.View) int {
 		return 0
 	}
 	lanes := 1
-	for lanes*shortRowPieces*16 < bytes {
+	for lanes*16 < bytes {
 		lanes *= 2
 	}
 	return lanes

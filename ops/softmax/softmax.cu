@@ -104,54 +104,42 @@ MC_INSTANTIATE_GROUP(softmax_fwd_f32out, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_FWD_
 MC_INSTANTIATE_GROUP(softmax_fwd_f32out_ahead, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMAX_FWD_PARAMS, MC_SOFTMAX_FWD_ARGS)
 
 // Short rows, several a warp: a row of cols elements takes `lanes` threads
-// (a power of two up to 32, lanes * SHORT_PIECES pieces at least covering
-// it), each holding up to SHORT_PIECES pieces in registers: lane j of its
-// group the pieces j, j + lanes, ... . A block's threads are its warps'
-// groups in order; a warp's groups take consecutive rows and the warps the
-// next ones, grid-stride, every lane of a warp running every step (its
-// shuffles need them all: a group past the last row reads nothing and
-// writes nothing).
-#define SHORT_PIECES 4
+// (a power of two up to 32, at least its 16-byte pieces), each holding one
+// piece in registers (more a thread ran slower: fewer threads fit). A
+// block's threads are its warps' groups in order; a warp's groups take
+// consecutive rows and the warps the next ones, grid-stride, every lane of
+// a warp running every step (its shuffles need them all: a group past the
+// last row reads nothing and writes nothing).
 template <class D, class DO>
 MC_DEVICE void softmax_short_rows(MC_IDS, MC_GLOBAL const void* x_, mc_i64 xs, MC_GLOBAL void* y_, mc_i64 ys, int rows,
                                   int cols, int lanes) {
     typedef typename D::T T;
-    enum { N = Vec<D>::N, P = SHORT_PIECES };
-    int sub = MC_TID % lanes, per_block = MC_NTHREADS / lanes;
+    enum { N = Vec<D>::N };
+    int per_block = MC_NTHREADS / lanes, s = MC_TID % lanes * N;
     mc_i64 step = (mc_i64)MC_NBLOCKS * per_block;
     for (mc_i64 r = MC_BLOCK * per_block + MC_TID / lanes; r - MC_TID % 32 / lanes < rows; r += step) {
-        bool live = r < rows;
-        MC_GLOBAL const T* xr = (MC_GLOBAL const T*)x_ + (live ? r : 0) * xs;
-        bool xvec = mc_aligned(xr, cols, N);
-        float v[P][N];
+        bool live = r < rows && s < cols;  // this lane has a piece of a row
+        MC_GLOBAL const T* xr = (MC_GLOBAL const T*)x_ + (r < rows ? r : 0) * xs;
+        float v[N];
         float m = -mc_inf();
-#pragma unroll
-        for (int k = 0; k < P; k++) {
-            int s = (k * lanes + sub) * N;
-            if (live) mc_fetch<D>(xr, cols, xvec, s, v[k]);
+        if (live) {
+            mc_fetch<D>(xr, cols, mc_aligned(xr, cols, N), s, v);
             for (int j = 0; j < N; j++)
-                if (live && s + j < cols) m = fmaxf(m, v[k][j]);
+                if (s + j < cols) m = fmaxf(m, v[j]);
         }
         for (int o = lanes >> 1; o > 0; o >>= 1) m = fmaxf(m, mc_shfl_xor(m, o));
         float sum = 0.f;
-#pragma unroll
-        for (int k = 0; k < P; k++) {
-            int s = (k * lanes + sub) * N;
+        if (live)
             for (int j = 0; j < N; j++) {
-                v[k][j] = live && s + j < cols ? expf(v[k][j] - m) : 0.f;
-                sum += v[k][j];
+                v[j] = s + j < cols ? expf(v[j] - m) : 0.f;
+                sum += v[j];
             }
-        }
         for (int o = lanes >> 1; o > 0; o >>= 1) sum += mc_shfl_xor(sum, o);
         if (!live) continue;
         float inv = 1.f / sum;
+        for (int j = 0; j < N; j++) v[j] *= inv;
         MC_GLOBAL typename DO::T* yr = (MC_GLOBAL typename DO::T*)y_ + r * ys;
-        bool yvec = mc_aligned(yr, cols, N);
-#pragma unroll
-        for (int k = 0; k < P; k++) {
-            for (int j = 0; j < N; j++) v[k][j] *= inv;
-            softmax_store<DO, N>(yr, cols, yvec, (k * lanes + sub) * N, v[k]);
-        }
+        softmax_store<DO, N>(yr, cols, mc_aligned(yr, cols, N), s, v);
     }
 }
 #define MC_SOFTMAX_SHORT_PARAMS \
