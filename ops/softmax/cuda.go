@@ -16,11 +16,14 @@ func init() {
 	cuda.Register(kernels)
 	fwd.Register(core.DeviceCUDA, func(x, y *core.View, enc unsafe.Pointer) error {
 		if lanes := shortRowLanes(x); lanes > 0 {
-			return shortRows(fwdKernel(x, y)+"_short", enc, lanes, x, y)
+			return shortRows(fwdKernel(x, y)+"_short", x.DType, enc, lanes, x, y)
 		}
 		return rowKernel(fwdKernel(x, y), x.DType, enc, true, x, y)
 	})
 	bwd.Register(core.DeviceCUDA, func(dy, y, dx *core.View, enc unsafe.Pointer) error {
+		if lanes := shortRowLanes(y); lanes > 0 {
+			return shortRows(bwdKernel(y, dx)+"_short", dx.DType, enc, lanes, dy, y, dx)
+		}
 		return rowKernel(bwdKernel(y, dx), dx.DType, enc, false, dy, y, dx)
 	})
 }
@@ -52,19 +55,20 @@ func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ..
 	return cuda.Backend(cuda.Launch(dev, enc, kernel, blocks, threads, args...))
 }
 
-// The short-rows forward (softmax.cu's softmax_short_rows) takes rows of
-// at most maxShortRow bytes, a multiple of 16 (a 16-byte piece a thread,
-// 32 pieces a warp), in blocks of shortThreads threads: on an H100 it beats
-// the kernels of a block a row on such rows, not on longer ones
-// (bench/python_ops.md), nor on rows of other widths, whose pieces it
-// reads element by element.
+// The short-rows kernels (softmax.cu's softmax_short_rows and
+// softmax_short_grad_rows) take rows of at most maxShortRow bytes, a
+// multiple of 16 (a 16-byte piece a thread, 32 pieces a warp), in blocks of
+// shortThreads threads: on an H100 they beat the kernels of a block a row
+// on such rows, not on longer ones (bench/python_ops.md), nor on rows of
+// other widths, whose pieces they read element by element.
 const (
 	maxShortRow  = 512
 	shortThreads = 128
 )
 
-// shortRowLanes is the threads a row of x takes in the short-rows forward
-// (a power of two), or 0 for rows it does not take.
+// shortRowLanes is the threads a row of x (the forward's x, the
+// backward's y) takes in the short-rows kernels (a power of two), or 0 for
+// rows they do not take.
 func shortRowLanes(x *core.View) int {
 	bytes := x.Cols * x.DType.Size()
 	if bytes > maxShortRow || bytes%16 != 0 {
@@ -77,16 +81,21 @@ func shortRowLanes(x *core.View) int {
 	return lanes
 }
 
-// shortRows launches a short-rows forward kernel: x's and y's pointers
-// and row strides, the rows, the width and the threads a row.
-func shortRows(name string, enc unsafe.Pointer, lanes int, x, y *core.View) error {
-	strides, err := dialect.RowStrides(x, y)
+// shortRows launches a short-rows kernel over views (the first is the row
+// shape), its instance for dtype dt: each view's pointer and row stride,
+// the rows, the width and the threads a row.
+func shortRows(name string, dt core.DType, enc unsafe.Pointer, lanes int, vs ...*core.View) error {
+	strides, err := dialect.RowStrides(vs...)
 	if err != nil {
 		return err
 	}
+	var args []uint64
+	for i, v := range vs {
+		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
+	}
+	x := vs[0]
 	perBlock := shortThreads / lanes
-	blocks := (x.Rows + perBlock - 1) / perBlock
-	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel(name, x.DType), blocks, shortThreads,
-		cuda.Ptr(x.Base), cuda.I64(strides[0]), cuda.Ptr(y.Base), cuda.I64(strides[1]), cuda.I32(x.Rows),
-		cuda.I32(x.Cols), cuda.I32(lanes)))
+	args = append(args, cuda.I32(x.Rows), cuda.I32(x.Cols), cuda.I32(lanes))
+	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel(name, dt), (x.Rows+perBlock-1)/perBlock,
+		shortThreads, args...))
 }

@@ -204,6 +204,52 @@ MC_DEVICE void softmax_grad_row(MC_IDS, MC_GROUP float* red, MC_GLOBAL const voi
     SoftmaxGrad<D, DO> grad = {dy, dx, cols, dot.dyvec, mc_aligned(dx, cols, N), mc_block_sum(id, dot.dot, red)};
     mc_row_each(id, y, grad);
 }
+// dx = y * (dy - sum(dy * y)) for short rows, laid out as
+// softmax_short_rows lays them (dx may be dy: a lane reads its piece of
+// both before it writes it)
+template <class D, class DO>
+MC_DEVICE void softmax_short_grad_rows(MC_IDS, MC_GLOBAL const void* dy_, mc_i64 dys, MC_GLOBAL const void* y_,
+                                       mc_i64 ys, MC_GLOBAL void* dx_, mc_i64 dxs, int rows, int cols, int lanes) {
+    typedef typename D::T T;
+    enum { N = Vec<D>::N };
+    int per_block = MC_NTHREADS / lanes, s = MC_TID % lanes * N;
+    mc_i64 step = (mc_i64)MC_NBLOCKS * per_block;
+    for (mc_i64 r = MC_BLOCK * per_block + MC_TID / lanes; r - MC_TID % 32 / lanes < rows; r += step) {
+        bool live = r < rows && s < cols;
+        mc_i64 at = r < rows ? r : 0;
+        MC_GLOBAL const T* yr = (MC_GLOBAL const T*)y_ + at * ys;
+        MC_GLOBAL const T* dyr = (MC_GLOBAL const T*)dy_ + at * dys;
+        float y[N], d[N];
+        float dot = 0.f;
+        if (live) {
+            mc_fetch<D>(yr, cols, mc_aligned(yr, cols, N), s, y);  // zeros past the row
+            mc_fetch<D>(dyr, cols, mc_aligned(dyr, cols, N), s, d);
+            for (int j = 0; j < N; j++) dot += d[j] * y[j];
+        }
+        for (int o = lanes >> 1; o > 0; o >>= 1) dot += mc_shfl_xor(dot, o);
+        if (!live) continue;
+        for (int j = 0; j < N; j++) y[j] *= d[j] - dot;
+        MC_GLOBAL typename DO::T* dxr = (MC_GLOBAL typename DO::T*)dx_ + r * dxs;
+        softmax_store<DO, N>(dxr, cols, mc_aligned(dxr, cols, N), s, y);
+    }
+}
+#define MC_SOFTMAX_SHORT_BWD_PARAMS                                                                            \
+    (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, \
+     int rows, int cols, int lanes)
+#define MC_SOFTMAX_SHORT_BWD_ARGS (dy, dys, y, ys, dx, dxs, rows, cols, lanes)
+template <class D>
+MC_DEVICE void softmax_bwd_short(MC_IDS, MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys,
+                                 MC_GLOBAL void* dx, mc_i64 dxs, int rows, int cols, int lanes) {
+    softmax_short_grad_rows<D, D>(id, dy, dys, y, ys, dx, dxs, rows, cols, lanes);
+}
+template <class D>
+MC_DEVICE void softmax_bwd_f32in_short(MC_IDS, MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys,
+                                       MC_GLOBAL void* dx, mc_i64 dxs, int rows, int cols, int lanes) {
+    softmax_short_grad_rows<F32, D>(id, dy, dys, y, ys, dx, dxs, rows, cols, lanes);
+}
+MC_INSTANTIATE(softmax_bwd_short, MC_SOFTMAX_SHORT_BWD_PARAMS, MC_SOFTMAX_SHORT_BWD_ARGS)
+MC_INSTANTIATE(softmax_bwd_f32in_short, MC_SOFTMAX_SHORT_BWD_PARAMS, MC_SOFTMAX_SHORT_BWD_ARGS)
+
 #define MC_SOFTMAX_BWD_PARAMS \
     (MC_GLOBAL const void* dy, mc_i64 dys, MC_GLOBAL const void* y, mc_i64 ys, MC_GLOBAL void* dx, mc_i64 dxs, int cols)
 #define MC_SOFTMAX_BWD_ARGS (dy, dys, y, ys, dx, dxs, cols)

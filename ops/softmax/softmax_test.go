@@ -20,8 +20,8 @@ func outFor(c tu.Case, in *tu.Tensor) *tu.Tensor {
 
 func TestFwd(t *testing.T) { tu.Cases(t, tu.Shapes, checkFwd) }
 
-// manyShortRows: blocks of several rows a warp (the CUDA forward's
-// short-rows kernel), the last block's and warp's partly past the end.
+// manyShortRows: blocks of several rows a warp (the CUDA short-rows
+// kernels), the last block's and warp's partly past the end.
 var manyShortRows = [][]int64{{333, 8}, {1000, 24}, {129, 64}, {257, 128}, {3, 67, 16}}
 
 func TestFwdManyShortRows(t *testing.T) { tu.Cases(t, manyShortRows, checkFwd) }
@@ -122,7 +122,7 @@ func TestFwdNonFiniteRows(t *testing.T) {
 }
 
 func TestBwd(t *testing.T) {
-	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+	tu.Cases(t, slices.Concat(tu.Shapes, manyShortRows), func(t *testing.T, c tu.Case) {
 		rng := tu.RNG(t)
 		dy, y := c.New(c.Shape, 0), c.New(c.Shape, 0)
 		dyv := dy.Rand(rng, 1)
@@ -146,7 +146,7 @@ func TestBwd(t *testing.T) {
 // dtype=torch.float32) in x's dtype): the float32 rows' gradient rounded
 // once to dx's dtype.
 func TestBwdFloat32Rows(t *testing.T) {
-	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
+	tu.Cases(t, slices.Concat(tu.Shapes, manyShortRows), func(t *testing.T, c tu.Case) {
 		if c.DT == core.F32 || c.InPlace {
 			return // the same dtype (TestBwd), or in place: not with two dtypes
 		}
