@@ -21,7 +21,7 @@ import metalcore
 SHAPES = [(4096, 8192), (16384, 4096), (65536, 1024), (131072, 512), (262144, 256)]
 # softmax forward on short rows (a MoE router's, a short attention's), their
 # widths; 64 MiB of rows each
-SHORT = [8, 16, 64, 128, 100]
+SHORT = [8, 16, 64, 128, 256, 100]
 ROUNDS, CALLS = 7, 50
 
 
@@ -80,20 +80,24 @@ def main():
 
 
 def short_rows():
-    print("\n## softmax forward on short rows\n")
-    print("Rows of 256 bytes or less, a multiple of 16, take a kernel of several rows a warp; rows of other widths "
-          "the kernels of a block a row. Same rounds and columns as above.\n")
-    print("| dtype | shape | copy | PyTorch | metalcore | speed |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("\n## softmax on short rows\n")
+    print("Rows of at most 512 bytes in whole 16-byte pieces take kernels of several rows a warp, other rows the "
+          "kernels of a block a row. Same rounds and columns as above.\n")
+    print("| dtype | shape | copy | fwd PyTorch | fwd metalcore | fwd speed | fwd+bwd PyTorch | fwd+bwd metalcore "
+          "| fwd+bwd speed |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for dtype in (torch.bfloat16, torch.float32):
         for cols in SHORT:
             rows = (64 << 20) // (cols * dtype.itemsize)
-            x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+            x = torch.randn(rows, cols, device="cuda", dtype=dtype, requires_grad=True)
+            dy = torch.randn_like(x)
             src = torch.empty(x.numel() * dtype.itemsize // 4, device="cuda", dtype=torch.float32)
             dst = torch.empty_like(src)
             with torch.no_grad():
-                copy, theirs, ours = ms(lambda: dst.copy_(src), lambda: F.softmax(x, -1), lambda: metalcore.softmax(x))
-            print(f"| {str(dtype)[6:]} | {rows}x{cols} | {copy:.3f} | {theirs:.3f} | {ours:.3f} | {theirs / ours:.2f} |")
+                copy, *fwd = ms(lambda: dst.copy_(src), lambda: F.softmax(x, -1), lambda: metalcore.softmax(x))
+            both = ms(lambda: F.softmax(x, -1).backward(dy), lambda: metalcore.softmax(x).backward(dy))
+            print(f"| {str(dtype)[6:]} | {rows}x{cols} | {copy:.3f} | {fwd[0]:.3f} | {fwd[1]:.3f} | "
+                  f"{fwd[0] / fwd[1]:.2f} | {both[0]:.3f} | {both[1]:.3f} | {both[0] / both[1]:.2f} |")
 
 
 if __name__ == "__main__":
