@@ -182,16 +182,22 @@ func TestRMSNormBwd(t *testing.T) {
 
 func TestLayerNormBwd(t *testing.T) {
 	tu.Cases(t, tu.Shapes, func(t *testing.T, c tu.Case) {
-		for _, affine := range []bool{true, false} {
-			w, wv := weights(c, t, affine, 0.5)
+		// no weight; both per-column gradients (one launch sums them); either alone
+		for _, g := range []struct{ affine, dw, db bool }{{false, false, false}, {true, true, true}, {true, true, false}, {true, false, true}} {
+			w, wv := weights(c, t, g.affine, 0.5)
 			dy, x, dyv, xv, mean, rstd := bwdInputs(t, c, true, wv, nil)
 			dx := outFor(c, dy)
 			var dw, db, ws *tu.Tensor
 			var wantDW, wantDB []float64
-			if affine {
-				dw, db = c.Backend.New(c.DT, []int64{int64(c.Cols())}), c.Backend.New(c.DT, []int64{int64(c.Cols())})
-				ws = workspace(t, LayerNormBwdWorkspace, x)
+			if g.affine {
 				wantDW, wantDB = make([]float64, c.Cols()), make([]float64, c.Cols())
+				ws = workspace(t, LayerNormBwdWorkspace, x)
+			}
+			if g.dw {
+				dw = c.Backend.New(c.DT, []int64{int64(c.Cols())})
+			}
+			if g.db {
+				db = c.Backend.New(c.DT, []int64{int64(c.Cols())})
 			}
 			require.NoError(t, LayerNormBwd(dy.Ptr(), x.Ptr(), ptr(w), mean.Ptr(), rstd.Ptr(), dx.Ptr(), ptr(dw), ptr(db), ptr(ws), nil), c)
 			var want []float64
@@ -201,42 +207,12 @@ func TestLayerNormBwd(t *testing.T) {
 				want = append(want, RefLayerNormBwd(dyRows[r], row, wv, ms[r], rs[r], wantDW, wantDB)...)
 			}
 			tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), gradScale(dyv, rs))
-			if affine {
+			if g.dw {
 				tu.CloseScaled(t, c.String()+" dweight", dw.Values(), wantDW, 2*tu.Tol(c.DT), sumScale(c, dyv, nil, nil))
+			}
+			if g.db {
 				tu.CloseScaled(t, c.String()+" dbias", db.Values(), wantDB, 2*tu.Tol(c.DT), sumScale(c, dyv, nil, nil))
 			}
-		}
-	})
-}
-
-// One of LayerNorm's per-column gradients alone (the other NULL): it is
-// summed right (one launch sums both where both are wanted), dx too.
-func TestLayerNormBwdOneGradient(t *testing.T) {
-	tu.Cases(t, [][]int64{{3, 33}, {64, 96}, {2, 1031}}, func(t *testing.T, c tu.Case) {
-		w, wv := weights(c, t, true, 0.5)
-		for _, which := range []string{"dweight", "dbias"} {
-			dy, x, dyv, xv, mean, rstd := bwdInputs(t, c, true, wv, nil)
-			dx := outFor(c, dy)
-			g := c.Backend.New(c.DT, []int64{int64(c.Cols())})
-			dw, db := g, (*tu.Tensor)(nil)
-			if which == "dbias" {
-				dw, db = nil, g
-			}
-			ws := workspace(t, LayerNormBwdWorkspace, x)
-			require.NoError(t, LayerNormBwd(dy.Ptr(), x.Ptr(), ptr(w), mean.Ptr(), rstd.Ptr(), dx.Ptr(), ptr(dw), ptr(db), ptr(ws), nil), c)
-			wantDW, wantDB := make([]float64, c.Cols()), make([]float64, c.Cols())
-			var want []float64
-			ms, rs := mean.Values(), rstd.Values()
-			dyRows := tu.Rows(dyv, c.Cols())
-			for r, row := range tu.Rows(xv, c.Cols()) {
-				want = append(want, RefLayerNormBwd(dyRows[r], row, wv, ms[r], rs[r], wantDW, wantDB)...)
-			}
-			tu.CloseScaled(t, c.String()+" dx", dx.Values(), want, 2*tu.Tol(c.DT), gradScale(dyv, rs))
-			wantG := wantDW
-			if which == "dbias" {
-				wantG = wantDB
-			}
-			tu.CloseScaled(t, c.String()+" "+which+" alone", g.Values(), wantG, 2*tu.Tol(c.DT), sumScale(c, dyv, nil, nil))
 		}
 	})
 }

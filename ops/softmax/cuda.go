@@ -35,13 +35,9 @@ func init() {
 // variant and grid) takes the row count before the width.
 func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ...*core.View) error {
 	x := vs[0]
-	strides, err := dialect.RowStrides(vs...)
+	args, err := rowArgs(vs)
 	if err != nil {
 		return err
-	}
-	var args []uint64
-	for i, v := range vs {
-		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
 	}
 	dev, threads := int(x.DeviceID), dialect.RowThreads(x.Cols, x.DType, 4)
 	kernel, blocks := dialect.Kernel(name, dt), x.Rows
@@ -85,17 +81,27 @@ func shortRowLanes(x *core.View) int {
 // shape), its instance for dtype dt: each view's pointer and row stride,
 // the rows, the width and the threads a row.
 func shortRows(name string, dt core.DType, enc unsafe.Pointer, lanes int, vs ...*core.View) error {
-	strides, err := dialect.RowStrides(vs...)
+	args, err := rowArgs(vs)
 	if err != nil {
 		return err
-	}
-	var args []uint64
-	for i, v := range vs {
-		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
 	}
 	x := vs[0]
 	perBlock := shortThreads / lanes
 	args = append(args, cuda.I32(x.Rows), cuda.I32(x.Cols), cuda.I32(lanes))
 	return cuda.Backend(cuda.Launch(int(x.DeviceID), enc, dialect.Kernel(name, dt), (x.Rows+perBlock-1)/perBlock,
 		shortThreads, args...))
+}
+
+// rowArgs is each view's pointer and row stride, the row kernels' first
+// arguments.
+func rowArgs(vs []*core.View) ([]uint64, error) {
+	strides, err := dialect.RowStrides(vs...)
+	if err != nil {
+		return nil, err
+	}
+	var args []uint64
+	for i, v := range vs {
+		args = append(args, cuda.Ptr(v.Base), cuda.I64(strides[i]))
+	}
+	return args, nil
 }
