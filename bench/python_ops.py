@@ -9,8 +9,10 @@ events (the host's work included, as a model sees it), PyTorch's and
 metalcore's rounds alternating. The copy column is the forward's bytes (the
 input read, the output written) copied with 4-byte elements, the bandwidth
 a forward can reach. Bar (issue 34): metalcore >= 1.0x PyTorch at the first
-three shapes, forward and forward + backward; the two of shorter rows show
-where the overrides leave softmax to PyTorch."""
+three shapes, forward and forward + backward. A second table has softmax
+on short rows, bfloat16 and float32 (64 MiB of rows each): the widths where
+the short-rows kernels run and where the overrides leave softmax to
+PyTorch."""
 import statistics
 
 import torch
