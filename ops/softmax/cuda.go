@@ -52,11 +52,11 @@ func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ..
 }
 
 // The short-rows kernels (softmax.cu's softmax_short_rows and
-// softmax_short_grad_rows) take rows of at most maxShortRow bytes, a
-// multiple of 16 (a 16-byte piece a thread, 32 pieces a warp), in blocks of
-// shortThreads threads: on an H100 they beat the kernels of a block a row
-// on such rows, not on longer ones (bench/python_ops.md), nor on rows of
-// other widths, whose pieces they read element by element.
+// softmax_short_grad_rows) take rows of at most maxShortRow bytes (a
+// 16-byte piece a thread, read element by element where a row is not
+// whole aligned pieces; 32 pieces a warp), in blocks of shortThreads
+// threads: on an H100 they beat the kernels of a block a row on such rows,
+// of any width, not on longer ones (bench/python_ops.md).
 const (
 	maxShortRow  = 512
 	shortThreads = 128
@@ -67,7 +67,7 @@ const (
 // rows they do not take.
 func shortRowLanes(x *core.View) int {
 	bytes := x.Cols * x.DType.Size()
-	if bytes > maxShortRow || bytes%16 != 0 {
+	if bytes > maxShortRow {
 		return 0
 	}
 	lanes := 1

@@ -107,16 +107,15 @@ _off_answers = {}
 SMALL_CUDA_BYTES = 2 << 20
 
 
-# Softmax rows on CUDA that stay PyTorch's. Rows of whole 16-byte pieces up
-# to SHORT_KERNEL_ROW_BYTES run metalcore's short-rows kernels (several rows
-# a warp): its forward is the faster up to FAST_SHORT_ROW_BYTES, forward and
-# backward together up to SHORT_KERNEL_ROW_BYTES, so rows between the two
-# stay PyTorch's where no gradient is wanted. Other rows take metalcore's
-# kernels of a block a row, slower than PyTorch's forward on short rows:
-# rows shorter than SHORT_CUDA_SOFTMAX_ROW stay PyTorch's where no gradient
-# is wanted, shorter than SHORTER_CUDA_SOFTMAX_ROW either way
-# (bench/python_ops.md).
-SHORT_KERNEL_ROW_BYTES, FAST_SHORT_ROW_BYTES = 512, 256
+# Softmax rows on CUDA that stay PyTorch's. Rows of up to
+# SHORT_KERNEL_ROW_BYTES run metalcore's short-rows kernels (several rows a
+# warp): its forward and backward together are the faster there, its
+# forward alone up to FAST_SHORT_ROW_BYTES, so longer ones stay PyTorch's
+# where no gradient is wanted. Longer rows take metalcore's kernels of a
+# block a row, slower than PyTorch's forward on short rows: rows shorter
+# than SHORT_CUDA_SOFTMAX_ROW stay PyTorch's where no gradient is wanted,
+# shorter than SHORTER_CUDA_SOFTMAX_ROW either way (bench/python_ops.md).
+SHORT_KERNEL_ROW_BYTES, FAST_SHORT_ROW_BYTES = 512, 128
 SHORT_CUDA_SOFTMAX_ROW, SHORTER_CUDA_SOFTMAX_ROW = 512, 256
 SHORT_ROWS = "short CUDA rows (PyTorch's softmax is the faster there)"
 
@@ -130,7 +129,7 @@ def _admit_softmax(input, dim, dtype):
         n = input.shape[-1]
         grad = torch.is_grad_enabled() and input.requires_grad
         row = n * input.element_size()
-        if row % 16 == 0 and row <= SHORT_KERNEL_ROW_BYTES:
+        if row <= SHORT_KERNEL_ROW_BYTES:
             stays = row > FAST_SHORT_ROW_BYTES and not grad
         else:
             stays = n < SHORTER_CUDA_SOFTMAX_ROW or n < SHORT_CUDA_SOFTMAX_ROW and not grad

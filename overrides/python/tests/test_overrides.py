@@ -247,29 +247,34 @@ def test_small_cuda_inputs_stay_pytorchs(device, dtype, monkeypatch):
 @pytest.mark.parametrize("call", ["F.softmax", "torch.softmax", "Tensor.softmax"])
 def test_short_cuda_softmax_rows_stay_pytorchs(device, call):
     """On CUDA a softmax over short rows goes to PyTorch's own op (its exact
-    result, counted as a fallback) where PyTorch's is the faster: rows of
-    whole 16-byte pieces (the short-rows kernels') past
-    FAST_SHORT_ROW_BYTES up to SHORT_KERNEL_ROW_BYTES with no gradient
-    wanted; other rows shorter than SHORTER_CUDA_SOFTMAX_ROW, or shorter
-    than SHORT_CUDA_SOFTMAX_ROW with no gradient wanted. Every side of each
-    bound is checked; on the CPU row length does not matter."""
+    result, counted as a fallback) where PyTorch's is the faster: rows that
+    the short-rows kernels take (up to SHORT_KERNEL_ROW_BYTES) past
+    FAST_SHORT_ROW_BYTES with no gradient wanted; longer rows shorter than
+    SHORTER_CUDA_SOFTMAX_ROW, or shorter than SHORT_CUDA_SOFTMAX_ROW with no
+    gradient wanted. Every side of each bound is checked, in bfloat16 and
+    float32; on the CPU row length does not matter."""
     from metalcore import _lib, _overrides
     fn = {"F.softmax": lambda x: F.softmax(x, -1), "torch.softmax": lambda x: torch.softmax(x, -1),
           "Tensor.softmax": lambda x: x.softmax(-1)}[call]
     short, shorter = _overrides.SHORT_CUDA_SOFTMAX_ROW, _overrides.SHORTER_CUDA_SOFTMAX_ROW
-    kernel, fast = _overrides.SHORT_KERNEL_ROW_BYTES // 2, _overrides.FAST_SHORT_ROW_BYTES // 2  # bfloat16 columns
+    kernel, fast = _overrides.SHORT_KERNEL_ROW_BYTES, _overrides.FAST_SHORT_ROW_BYTES  # bytes
 
-    def rows_of(n):  # bfloat16 rows of n, twice SMALL_CUDA_BYTES (past the small-input rule)
-        return torch.randn(2 * SMALL_CUDA_BYTES // 2 // n, n, device=device, dtype=torch.bfloat16)
+    def rows_of(n, dtype):  # rows of n, twice SMALL_CUDA_BYTES (past the small-input rule)
+        size = torch.empty(0, dtype=dtype).element_size()
+        return torch.randn(2 * SMALL_CUDA_BYTES // size // n, n, device=device, dtype=dtype)
 
     cuda = device == "cuda"
-    cases = [(8, False, False), (fast, False, False), (fast + 8, False, cuda), (fast + 8, True, False),
-             (kernel, False, cuda), (kernel, True, False), (kernel + 8, False, cuda), (kernel + 8, True, False),
-             (100, True, cuda), (shorter - 1, True, cuda), (shorter - 1, False, cuda), (shorter + 1, True, False),
-             (short - 1, False, cuda), (short - 1, True, False), (short, False, False)]
+    bf, fl = torch.bfloat16, torch.float32
+    cases = [(bf, 7, False, False), (bf, fast // 2, False, False), (bf, fast // 2 + 1, False, cuda),
+             (bf, fast // 2 + 1, True, False), (bf, 100, False, cuda), (bf, 100, True, False),
+             (bf, kernel // 2, False, cuda), (bf, kernel // 2, True, False), (bf, kernel // 2 + 1, False, cuda),
+             (bf, kernel // 2 + 1, True, False), (bf, short - 1, True, False), (bf, short, False, False),
+             (fl, fast // 4, False, False), (fl, kernel // 4 + 1, True, cuda), (fl, shorter - 1, True, cuda),
+             (fl, shorter, True, False), (fl, shorter, False, cuda), (fl, short - 1, False, cuda),
+             (fl, short - 1, True, False), (fl, short, False, False)]
     with metalcore.pytorch_overrides(ops=["softmax"]):
-        for n, grad, pytorchs in cases:
-            x = rows_of(n).requires_grad_(grad)
+        for dtype, n, grad, pytorchs in cases:
+            x = rows_of(n, dtype).requires_grad_(grad)
             metalcore.reset_call_counts()
             metalcore.reset_fallback_counts()
             got = fn(x)
@@ -278,9 +283,9 @@ def test_short_cuda_softmax_rows_stay_pytorchs(device, call):
             fell = metalcore.fallback_counts().get("softmax", {})
             if pytorchs:
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
-                assert _lib.CALLS["softmax_fwd"] == 0 and fell == {_overrides.SHORT_ROWS: 1}, (n, grad, fell)
+                assert _lib.CALLS["softmax_fwd"] == 0 and fell == {_overrides.SHORT_ROWS: 1}, (dtype, n, grad, fell)
             else:
-                assert _lib.CALLS["softmax_fwd"] == 1 and not fell, (n, grad, dict(_lib.CALLS), fell)
+                assert _lib.CALLS["softmax_fwd"] == 1 and not fell, (dtype, n, grad, dict(_lib.CALLS), fell)
                 torch.testing.assert_close(got, want, rtol=0.02, atol=1e-3)
 
 
