@@ -51,32 +51,6 @@ func rowKernel(name string, dt core.DType, enc unsafe.Pointer, ahead bool, vs ..
 	return cuda.Backend(cuda.Launch(dev, enc, kernel, blocks, threads, args...))
 }
 
-// The short-rows kernels (softmax.cu's softmax_short_rows and
-// softmax_short_grad_rows) take rows of at most maxShortRow bytes (a
-// 16-byte piece a thread, read element by element where a row is not
-// whole aligned pieces; 32 pieces a warp), in blocks of shortThreads
-// threads: on an H100 they beat the kernels of a block a row on such rows,
-// of any width, not on longer ones (bench/python_ops.md).
-const (
-	maxShortRow  = 512
-	shortThreads = 128
-)
-
-// shortRowLanes is the threads a row of x (the forward's x, the
-// backward's y) takes in the short-rows kernels (a power of two), or 0 for
-// rows they do not take.
-func shortRowLanes(x *core.View) int {
-	bytes := x.Cols * x.DType.Size()
-	if bytes > maxShortRow {
-		return 0
-	}
-	lanes := 1
-	for lanes*16 < bytes {
-		lanes *= 2
-	}
-	return lanes
-}
-
 // shortRows launches a short-rows kernel over views (the first is the row
 // shape), its instance for dtype dt: each view's pointer and row stride,
 // the rows, the width and the threads a row.

@@ -85,3 +85,30 @@ func bwdKernel(y, dx *core.View) string {
 	}
 	return "softmax_bwd"
 }
+
+// The short-rows kernels (softmax.cu's softmax_short_rows and
+// softmax_short_grad_rows) take rows of at most maxShortRow bytes (a
+// 16-byte piece a thread, read element by element where a row is not
+// whole aligned pieces; 32 pieces a warp), in blocks of shortThreads
+// threads: on an H100 they beat the kernels of a block a row on such rows,
+// of any width, not on longer ones (bench/python_ops.md). Metal runs the
+// same kernels (checked on the simulator; not timed on an Apple GPU).
+const (
+	maxShortRow  = 512
+	shortThreads = 128
+)
+
+// shortRowLanes is the threads a row of x (the forward's x, the
+// backward's y) takes in the short-rows kernels (a power of two), or 0 for
+// rows they do not take.
+func shortRowLanes(x *core.View) int {
+	bytes := x.Cols * x.DType.Size()
+	if bytes > maxShortRow {
+		return 0
+	}
+	lanes := 1
+	for lanes*16 < bytes {
+		lanes *= 2
+	}
+	return lanes
+}
