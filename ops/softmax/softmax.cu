@@ -105,8 +105,8 @@ MC_INSTANTIATE_GROUP(softmax_fwd_f32out_ahead, MC_BLOCK_SUM_SCRATCH, , MC_SOFTMA
 
 // Short rows, several a warp: a row of cols elements takes `lanes` threads
 // (a power of two up to 32, at least its 16-byte pieces), each holding one
-// piece in registers (read element by element where the row is not whole
-// aligned pieces) (more a thread ran slower: fewer threads fit). A
+// piece in registers (more pieces a thread ran slower: fewer threads fit),
+// read element by element where the row is not whole aligned pieces. A
 // block's threads are its warps' groups in order; a warp's groups take
 // consecutive rows and the warps the next ones, grid-stride, every lane of
 // a warp running every step (its shuffles need them all: a group past the
