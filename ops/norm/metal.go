@@ -96,7 +96,8 @@ func normBwdMetal(b *bwdCall, mean, rstd *core.View, gs []*core.View, ws *core.V
 			outs[1] = metal.Buf(gs[1])
 		}
 		sum := dialect.Kernel("column_sum", x.DType)
-		p.Dispatch(sum, (x.Cols+31)/32*len(gs), p.Threads(sum, 256), partials, metal.I32(blocks), metal.I64(int64(ncol*x.Cols)), metal.I32(x.Cols), outs[0], outs[1])
+		p.Dispatch(sum, (x.Cols+31)/32*len(gs), p.Threads(sum, 256), partials, metal.I32(blocks),
+			metal.I64(int64(ncol*x.Cols)), metal.I32(x.Cols), outs[0], outs[1])
 	}
 	return p.Encode()
 }

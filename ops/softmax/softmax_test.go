@@ -20,7 +20,7 @@ func outFor(c tu.Case, in *tu.Tensor) *tu.Tensor {
 
 func TestFwd(t *testing.T) { tu.Cases(t, tu.Shapes, checkFwd) }
 
-// manyShortRows: blocks of several rows a warp (the CUDA short-rows
+// manyShortRows: blocks of several rows a warp (the GPU short-rows
 // kernels), the last block's and warp's partly past the end.
 var manyShortRows = [][]int64{{333, 8}, {1000, 24}, {129, 64}, {257, 128}, {3, 67, 16}}
 

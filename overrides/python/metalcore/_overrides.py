@@ -127,14 +127,11 @@ def _admit_softmax(input, dim, dtype):
     why, forms = admit_softmax(input, dim, dtype)
     if why is None and forms is not None and input.is_cuda:
         n = input.shape[-1]
-        grad = torch.is_grad_enabled() and input.requires_grad
-        row = n * input.element_size()
-        if row <= SHORT_KERNEL_ROW_BYTES:
-            stays = row > FAST_SHORT_ROW_BYTES and not grad
-        else:
-            stays = n < SHORTER_CUDA_SOFTMAX_ROW or n < SHORT_CUDA_SOFTMAX_ROW and not grad
-        if stays:
-            why = SHORT_ROWS
+        if n < SHORT_CUDA_SOFTMAX_ROW:  # longer rows (2 bytes an element or more) are metalcore's: asked first
+            row = n * input.element_size()
+            if row > FAST_SHORT_ROW_BYTES and (row > SHORT_KERNEL_ROW_BYTES and n < SHORTER_CUDA_SOFTMAX_ROW or
+                                               not (torch.is_grad_enabled() and input.requires_grad)):
+                why = SHORT_ROWS
     return why, forms
 
 

@@ -287,6 +287,9 @@ def test_short_cuda_softmax_rows_stay_pytorchs(device, call):
             else:
                 assert _lib.CALLS["softmax_fwd"] == 1 and not fell, (dtype, n, grad, dict(_lib.CALLS), fell)
                 torch.testing.assert_close(got, want, rtol=0.02, atol=1e-3)
+                if grad:  # and its backward is metalcore's too
+                    got.sum().backward()
+                    assert _lib.CALLS["softmax_bwd"] == 1, (dtype, n, dict(_lib.CALLS))
 
 
 @pytest.mark.skipif(not metalcore._ops.CUSTOM_OPS, reason=f"PyTorch {torch.__version__} has no custom ops (2.4+)")
