@@ -261,7 +261,10 @@ func reduceRows(rows, cols, perRow int, ws *core.View, gs []*core.View, row func
 	}
 	blocks, stride := min(rows, maxPartials), perRow*cols
 	partials := cpu.Float32s(ws.Base, blocks*stride)
-	cpu.Parallel(blocks, 1, func(lo, hi int, s *cpu.Scratch) {
+	// a piece takes whole blocks of at least cpu.RowGrain's rows: a small
+	// input stays on the calling thread (waking another costs more than its
+	// rows), and the sums are the same, by block, however the blocks split
+	cpu.Parallel(blocks, max(1, cpu.RowGrain(cols)*blocks/rows), func(lo, hi int, s *cpu.Scratch) {
 		for blk := lo; blk < hi; blk++ {
 			p := partials[blk*stride : (blk+1)*stride]
 			clear(p)
