@@ -93,7 +93,7 @@ test: deps test-generated test-cuda-syntax test-msl test-metal-sim test-go test-
 # apt-get where this user may (root, or sudo without a password); otherwise
 # the one command that would.
 DEBS := gcc g++ make pkgconf cmake qemu-user-static python3-torch python3-numpy python3-pytest python3-venv \
-	python3-setuptools python3-wheel libopenblas0-pthread clang-14 clang-format-14 mmdebstrap
+	python3-setuptools python3-wheel libopenblas0-pthread libgomp1 clang-14 clang-format-14 mmdebstrap
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	missing=$$(echo $$missing); \

@@ -8,8 +8,10 @@ back-to-back calls) at the library's default thread count, PyTorch at the
 same; a case's figure for a build is the median over its processes. The
 cases: the row kernels (LayerNorm forward and backward with the weight's
 and bias's gradients, SiLU, softmax) on float32 rows of 1024, a SiLU
-followed by one of PyTorch's parallel ops (a 256 x 256 matmul, whose
-OpenMP threads then spin), and batched linear algebra."""
+followed by one of PyTorch's parallel ops (a 256 x 256 matmul, whose BLAS
+threads then want the cores), the same with PyTorch's own SiLU, the
+nn.LayerNorm module's forward + backward through autograd, and batched
+linear algebra."""
 import os
 import statistics
 import subprocess
@@ -24,6 +26,7 @@ def cases():
     us = harness.per_call_us
     torch.manual_seed(0)
     out = {}
+    module = metalcore.nn.LayerNorm(1024)
     for rows in (64, 256, 1024):
         x, dy = torch.randn(rows, 1024), torch.randn(rows, 1024)
         w, b = torch.randn(1024), torch.randn(1024)
@@ -36,6 +39,10 @@ def cases():
         out[f"silu {rows} x 1024"] = us(lambda: metalcore.silu(x), n)
         out[f"softmax {rows} x 1024"] = us(lambda: metalcore.softmax(x), n)
         out[f"silu, then a 256 x 256 torch.mm, {rows} x 1024"] = us(lambda: (metalcore.silu(x), torch.mm(a, c)), n)
+        out[f"PyTorch's silu, then a 256 x 256 torch.mm, {rows} x 1024"] = us(
+            lambda: (torch.nn.functional.silu(x), torch.mm(a, c)), n)
+        xg = x.clone().requires_grad_()
+        out[f"nn.LayerNorm forward + backward, {rows} x 1024"] = us(lambda: module(xg).backward(dy), n)
     spd = torch.randn(10000, 32, 32)
     spd = spd @ spd.mT / 32 + torch.eye(32)
     g, q = torch.randn(2000, 32, 32), torch.randn(1000, 64, 64)

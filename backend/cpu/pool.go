@@ -14,8 +14,10 @@ import (
 	"metalcore/internal/core"
 )
 
-// The pool is the Go scheduler itself: Parallel starts at most Threads()
-// goroutines per call and waits for them, so idle workers cost nothing.
+// The pool is the host's OpenMP team where the process has an OpenMP
+// runtime (openmp_linux.go), else the Go scheduler itself: Parallel starts
+// at most Threads() goroutines per call and waits for them, so idle workers
+// cost nothing.
 var threads atomic.Int32
 
 func init() { threads.Store(int32(threadsFromEnv(os.Getenv("MC_NUM_THREADS"), os.Stderr))) }
@@ -122,16 +124,17 @@ func CallScratch() (s *Scratch, release func()) {
 
 // Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), of about
 // equal length, no more than n/grain rounded up and piecesPerWorker for
-// each of the at most Threads() goroutines that run them (the caller one of
-// them), and returns when all are done.
+// each of the at most Threads() threads that run them (the caller one of
+// them: an OpenMP team's, or goroutines), and returns when all are done.
 //
-// The pieces are claimed, not assigned: the caller and the goroutines it
-// starts each take the next unclaimed piece until none is left, so the
-// caller never waits for a worker that has not started. Under a host whose
-// own threads keep the cores busy (OpenMP's spin after each of PyTorch's
-// parallel ops), a woken worker can wait milliseconds for a core; the
-// caller then does its pieces itself, and at worst the call costs what one
-// thread costs.
+// The pieces are claimed, not assigned: each thread takes the next
+// unclaimed piece until none is left, so the caller never waits for a
+// goroutine that has not started. Under a host whose own threads keep the
+// cores busy (OpenMP's spin after each of PyTorch's parallel ops), a woken
+// goroutine can wait milliseconds for a core; the caller then does its
+// pieces itself, and at worst the call costs what one thread costs. A team
+// of the host's OpenMP runtime has no such wait: its threads are the ones
+// spinning (it does join them all at the end, as the host's own ops do).
 func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 	if n <= 0 {
 		return
@@ -160,10 +163,12 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 			}()
 		}
 	}
-	for range workers - 1 {
-		go claim()
+	if !onTeam(workers, claim) {
+		for range workers - 1 {
+			go claim()
+		}
+		claim()
 	}
-	claim()
 	wg.Wait()
 	if p := failed.Load(); p != nil {
 		panic(*p)

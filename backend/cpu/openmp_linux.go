@@ -1,0 +1,95 @@
+//go:build linux && cgo
+
+package cpu
+
+/*
+#cgo LDFLAGS: -ldl
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef void (*mc_gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+static mc_gomp_parallel_fn mc_gomp_parallel;
+
+extern void mcOpenMPClaim(uintptr_t);
+
+static void mc_openmp_body(void *claim) { mcOpenMPClaim((uintptr_t)claim); }
+
+// mc_gomp_of takes GOMP_parallel from handle h (the object and what it
+// loaded), or closes h.
+static int mc_gomp_of(void *h) {
+	void *f = h ? dlsym(h, "GOMP_parallel") : 0;
+	if (!f) {
+		if (h) dlclose(h);
+		return 0;
+	}
+	mc_gomp_parallel = (mc_gomp_parallel_fn)f; // h stays open: the runtime stays loaded
+	return 1;
+}
+
+static int mc_find_gomp(struct dl_phdr_info *info, size_t size, void *unused) {
+	if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
+	return mc_gomp_of(dlopen(info->dlpi_name, RTLD_NOLOAD | RTLD_LAZY));
+}
+
+// mc_openmp_find takes the entry point of an OpenMP runtime among the
+// objects loaded already (GNU's, which LLVM's and Intel's runtimes also
+// export); mc_openmp_open loads the one named.
+static int mc_openmp_find(void) { return dl_iterate_phdr(mc_find_gomp, 0); }
+static int mc_openmp_open(const char *name) { return mc_gomp_of(dlopen(name, RTLD_NOW | RTLD_LOCAL)); }
+
+static void mc_openmp_run(uintptr_t claim, unsigned threads) {
+	mc_gomp_parallel(mc_openmp_body, (void *)claim, threads, 0);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+)
+
+// A host that computes with OpenMP (PyTorch on the CPU) keeps its team's
+// threads spinning for a while after each of its parallel ops. Goroutines
+// woken for a call then wait for those cores (hundreds of microseconds on a
+// 2-core machine, longer than many calls), and while they run, the host's
+// next op waits for them. So where the process has an OpenMP runtime, a
+// call's pieces run on a team of that runtime's threads, the host's own,
+// as its ops' do. MC_CPU_OPENMP chooses: unset, the runtime loaded in the
+// process when the first call that splits runs (none: goroutines); "0",
+// goroutines; otherwise the runtime library to load by that name.
+var openMP = sync.OnceValue(func() bool { return openMPFrom(os.Getenv("MC_CPU_OPENMP"), os.Stderr) })
+
+func openMPFrom(setting string, warn io.Writer) bool {
+	switch setting {
+	case "0":
+		return false
+	case "":
+		return C.mc_openmp_find() != 0
+	}
+	name := C.CString(setting)
+	defer C.free(unsafe.Pointer(name))
+	if C.mc_openmp_open(name) == 0 {
+		fmt.Fprintf(warn, "metalcore: MC_CPU_OPENMP=%q: no OpenMP runtime loads by that name; using goroutines\n", setting)
+		return false
+	}
+	return true
+}
+
+// onTeam runs claim on each thread of an OpenMP team of the given size,
+// returning when all have, and reports whether it did (false: no runtime).
+func onTeam(threads int, claim func()) bool {
+	if !openMP() {
+		return false
+	}
+	h := cgo.NewHandle(claim)
+	defer h.Delete()
+	C.mc_openmp_run(C.uintptr_t(h), C.unsigned(threads))
+	return true
+}

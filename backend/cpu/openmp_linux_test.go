@@ -1,0 +1,58 @@
+//go:build linux && cgo
+
+package cpu
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The runtime is chosen once a process, so the pool's tests run again in a
+// child that loads GNU's OpenMP runtime by name (Debian's libgomp1): there
+// a team runs its threads at once, and Parallel, whose pieces it then runs,
+// covers its ranges as it does on goroutines.
+func TestParallelOnOpenMPTeam(t *testing.T) {
+	if os.Getenv("MC_CPU_OPENMP") == "libgomp.so.1" { // the child
+		var running, alone atomic.Int32
+		threads := make(chan int, 2)
+		require.True(t, onTeam(2, func() { // (no t.FailNow on a team thread)
+			threads <- syscall.Gettid()
+			running.Add(1)
+			for start := time.Now(); running.Load() < 2; time.Sleep(time.Microsecond) {
+				if time.Since(start) > 10*time.Second {
+					alone.Add(1)
+					return
+				}
+			}
+		}), "the runtime did not load")
+		require.Zero(t, alone.Load(), "a team thread never ran beside the other")
+		require.NotEqual(t, <-threads, <-threads)
+		return
+	}
+	tests := "^(TestParallelOnOpenMPTeam|TestParallelCoversOnce|TestParallelConcurrentAndNested|TestParallelPanicThenAgain)$"
+	cmd := exec.Command(os.Args[0], "-test.run", tests, "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "MC_CPU_OPENMP=libgomp.so.1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, name := range []string{"TestParallelOnOpenMPTeam", "TestParallelCoversOnce", "TestParallelConcurrentAndNested",
+		"TestParallelPanicThenAgain"} {
+		require.True(t, strings.Contains(string(out), "--- PASS: "+name), "%s did not pass in the child:\n%s", name, out)
+	}
+}
+
+// MC_CPU_OPENMP: "0" is goroutines, a name that loads nothing is reported
+// and goroutines used.
+func TestOpenMPSetting(t *testing.T) {
+	var warn strings.Builder
+	require.False(t, openMPFrom("0", &warn))
+	require.Empty(t, warn.String())
+	require.False(t, openMPFrom("libno-such-openmp.so", &warn))
+	require.Contains(t, warn.String(), `MC_CPU_OPENMP="libno-such-openmp.so"`)
+}
