@@ -5,7 +5,9 @@ package cpu
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -34,6 +36,22 @@ func TestParallelOnOpenMPTeam(t *testing.T) {
 		}), "the runtime did not load")
 		require.Zero(t, alone.Load(), "a team thread never ran beside the other")
 		require.NotEqual(t, <-threads, <-threads)
+
+		// calls of few pieces and of many keep the same team threads (a
+		// team's pool is its calling thread's)
+		defer SetThreads(SetThreads(4))
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var mu sync.Mutex
+		seen := map[int]bool{}
+		for i := range 100 {
+			Parallel(4, 1+2*(i%2), func(int, int, *Scratch) {
+				mu.Lock()
+				seen[syscall.Gettid()] = true
+				mu.Unlock()
+			})
+		}
+		require.LessOrEqual(t, len(seen), 4, "threads that ran pieces")
 		return
 	}
 	tests := "^(TestParallelOnOpenMPTeam|TestParallelCoversOnce|TestParallelConcurrentAndNested|TestParallelPanicThenAgain)$"

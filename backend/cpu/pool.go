@@ -163,7 +163,10 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 			}()
 		}
 	}
-	if !onTeam(workers, claim) {
+	// a team is always Threads() strong, as the host's own parallel ops'
+	// are: after a smaller one GNU's runtime ends the surplus threads, and
+	// the next full one creates them again (bench/cpu-pool.md)
+	if !onTeam(Threads(), claim) {
 		for range workers - 1 {
 			go claim()
 		}
