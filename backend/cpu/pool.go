@@ -163,10 +163,12 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 			}()
 		}
 	}
-	// a team is always Threads() strong, as the host's own parallel ops'
-	// are: after a smaller one GNU's runtime ends the surplus threads, and
-	// the next full one creates them again (bench/cpu-pool.md)
-	if !onTeam(Threads(), claim) {
+	// a call that can keep every thread busy runs on a team, Threads()
+	// strong as the host's own parallel ops' are (after a smaller team GNU's
+	// runtime ends the surplus threads, and the next full one creates them
+	// again); a smaller call on goroutines, where a team's threads with
+	// nothing to do would cost it their join (bench/cpu-pool.md)
+	if workers < Threads() || !onTeam(workers, claim) {
 		for range workers - 1 {
 			go claim()
 		}
