@@ -20,8 +20,8 @@ from .functional import (admit_gelu, admit_norm, admit_softmax, default_eps, for
 # (bench/overrides_cpu.md on the CPU, and QR, bench/qr.md; bench/python_ops.md
 # on CUDA; the rest of linalg, bench/linalg.md). On the CPU that depends on
 # the PyTorch: with 2.x's own bfloat16 LayerNorm and SiLU, forward +
-# backward, PyTorch is the faster, with 1.13's metalcore; with GELU PyTorch
-# on both.
+# backward, PyTorch is the faster, with 1.13's metalcore; GELU stays
+# PyTorch's on both (on 1.13 metalcore's lead is within the host's spread).
 _PYTORCH_1 = torch.__version__.split(".")[0] == "1"
 DEFAULTS = {
     "cpu": {"qr", "cholesky", "solve", "eigh", "svd"},
