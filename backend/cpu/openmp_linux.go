@@ -9,6 +9,7 @@ package cpu
 #include <link.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef void (*mc_gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
 static mc_gomp_parallel_fn mc_gomp_parallel;
@@ -29,15 +30,22 @@ static int mc_gomp_of(void *h) {
 	return 1;
 }
 
-static int mc_find_gomp(struct dl_phdr_info *info, size_t size, void *unused) {
-	if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
+// mc_find_gomp looks in each loaded object whose name holds *part (any
+// object, for an empty part).
+static int mc_find_gomp(struct dl_phdr_info *info, size_t size, void *part) {
+	if (!info->dlpi_name || !info->dlpi_name[0] || !strstr(info->dlpi_name, (const char *)part)) return 0;
 	return mc_gomp_of(dlopen(info->dlpi_name, RTLD_NOLOAD | RTLD_LAZY));
 }
 
 // mc_openmp_find takes the entry point of an OpenMP runtime among the
 // objects loaded already (GNU's, which LLVM's and Intel's runtimes also
-// export); mc_openmp_open loads the one named.
-static int mc_openmp_find(void) { return dl_iterate_phdr(mc_find_gomp, 0); }
+// export): PyTorch's where it is loaded (a lookup through its CPU library
+// finds the runtime that library was linked with, though another library's
+// copy of a runtime loaded first), else the first; mc_openmp_open loads the
+// one named.
+static int mc_openmp_find(void) {
+	return dl_iterate_phdr(mc_find_gomp, "libtorch_cpu") || dl_iterate_phdr(mc_find_gomp, "");
+}
 static int mc_openmp_open(const char *name) { return mc_gomp_of(dlopen(name, RTLD_NOW | RTLD_LOCAL)); }
 
 static void mc_openmp_run(uintptr_t claim, unsigned threads) {
