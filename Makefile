@@ -182,11 +182,14 @@ build/static_tls.so: tests/c/static_tls.c
 	@mkdir -p build
 	$(CC) -shared -fPIC -O1 -o $@ $<
 
-# twice: as the machine is, and with the driver "missing", the portable
-# kernels forced, an invalid thread count (one warning, the default used)
-# and the library loaded after one that takes most of glibc's static TLS
+# three times: as the machine is; with the CPU calls' pieces on a team of
+# GNU's OpenMP runtime (a C host of OpenMP's); and with the driver
+# "missing", the portable kernels forced, an invalid thread count (one
+# warning, the default used) and the library loaded after one that takes
+# most of glibc's static TLS
 test-c: $(LIB) build/abi_test build/static_tls.so
 	./build/abi_test $(LIB)
+	MC_CPU_OPENMP=libgomp.so.1 ./build/abi_test $(LIB)
 	MC_CUDA_DRIVER=/nonexistent/libcuda.so.1 MC_CPU_ISA=portable MC_NUM_THREADS=abc ./build/abi_test $(LIB) build/static_tls.so 2>build/abi_test.stderr; \
 		status=$$?; cat build/abi_test.stderr; [ $$status = 0 ] && grep -q 'MC_NUM_THREADS="abc" is not a positive integer' build/abi_test.stderr
 	$(CC) -std=c11 -Wall -Werror -fsyntax-only bench/launch_floor.c # the GPU host's C benchmark (python_host.py runs it)
