@@ -13,24 +13,26 @@ package cpu
 
 typedef void (*mc_gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
 static mc_gomp_parallel_fn mc_gomp_parallel;
+static int (*mc_omp_get_max_threads)(void);
 
 extern void mcOpenMPClaim(uintptr_t);
 
 static void mc_openmp_body(void *claim) { mcOpenMPClaim((uintptr_t)claim); }
 
-// mc_gomp_of takes GOMP_parallel from handle h (the object and what it
-// loaded), or closes h.
+// mc_gomp_of takes the runtime's entry points from handle h (the object
+// and what it loaded), or closes h.
 static int mc_gomp_of(void *h) {
-	void *f = h ? dlsym(h, "GOMP_parallel") : 0;
-	if (!f) {
+	void *f = h ? dlsym(h, "GOMP_parallel") : 0, *n = f ? dlsym(h, "omp_get_max_threads") : 0;
+	if (!n) {
 		if (h) dlclose(h);
 		return 0;
 	}
 	mc_gomp_parallel = (mc_gomp_parallel_fn)f; // h stays open: the runtime stays loaded
+	mc_omp_get_max_threads = (int (*)(void))n;
 	return 1;
 }
 
-// mc_find_gomp looks in each loaded object whose name holds *part (any
+// mc_find_gomp looks in each loaded object whose name contains part (any
 // object, for an empty part).
 static int mc_find_gomp(struct dl_phdr_info *info, size_t size, void *part) {
 	if (!info->dlpi_name || !info->dlpi_name[0] || !strstr(info->dlpi_name, (const char *)part)) return 0;
@@ -47,6 +49,10 @@ static int mc_openmp_find(void) {
 	return dl_iterate_phdr(mc_find_gomp, "libtorch_cpu") || dl_iterate_phdr(mc_find_gomp, "");
 }
 static int mc_openmp_open(const char *name) { return mc_gomp_of(dlopen(name, RTLD_NOW | RTLD_LOCAL)); }
+
+// mc_openmp_team is the size of the calling thread's teams (the host's
+// setting: PyTorch's torch.set_num_threads).
+static int mc_openmp_team(void) { return mc_omp_get_max_threads(); }
 
 static void mc_openmp_run(uintptr_t claim, unsigned threads) {
 	mc_gomp_parallel(mc_openmp_body, (void *)claim, threads, 0);
@@ -90,14 +96,22 @@ func openMPFrom(setting string, warn io.Writer) bool {
 	return true
 }
 
-// onTeam runs claim on each thread of an OpenMP team of the given size,
-// returning when all have, and reports whether it did (false: no runtime).
-func onTeam(threads int, claim func()) bool {
+// onTeam runs claim on each thread of an OpenMP team of the host's size,
+// returning when all have, where a call of the given workers has a piece
+// for each of them, and reports whether it did (false: no runtime, or too
+// few workers). The team is the size the host's own parallel ops take, not
+// the workers': after a smaller team GNU's runtime ends the pool's surplus
+// threads, and the host's next op creates them again.
+func onTeam(workers int, claim func()) bool {
 	if !openMP() {
+		return false
+	}
+	team := int(C.mc_openmp_team())
+	if workers < team || team < 2 {
 		return false
 	}
 	h := cgo.NewHandle(claim)
 	defer h.Delete()
-	C.mc_openmp_run(C.uintptr_t(h), C.unsigned(threads))
+	C.mc_openmp_run(C.uintptr_t(h), C.unsigned(team))
 	return true
 }

@@ -17,25 +17,28 @@ import (
 )
 
 // The runtime is chosen once a process, so the pool's tests run again in a
-// child that loads GNU's OpenMP runtime by name (Debian's libgomp1): there
-// a team runs its threads at once, and Parallel, whose pieces it then runs,
-// covers its ranges as it does on goroutines.
+// child that loads GNU's OpenMP runtime by name (Debian's libgomp1), its
+// teams 4 threads strong (OMP_NUM_THREADS): there a team runs its threads
+// at once, only a call with a piece for each takes one, and Parallel, whose
+// pieces it then runs, covers its ranges as it does on goroutines.
 func TestParallelOnOpenMPTeam(t *testing.T) {
 	if os.Getenv("MC_CPU_OPENMP") == "libgomp.so.1" { // the child
+		require.False(t, onTeam(3, func() { t.Error("a team for 3 workers") }), "3 workers of a 4-thread team")
 		var running, alone atomic.Int32
-		threads := make(chan int, 2)
-		require.True(t, onTeam(2, func() { // (no t.FailNow on a team thread)
+		threads := make(chan int, 4)
+		require.True(t, onTeam(4, func() { // (no t.FailNow on a team thread)
 			threads <- syscall.Gettid()
 			running.Add(1)
-			for start := time.Now(); running.Load() < 2; time.Sleep(time.Microsecond) {
+			for start := time.Now(); running.Load() < 4; time.Sleep(time.Microsecond) {
 				if time.Since(start) > 10*time.Second {
 					alone.Add(1)
 					return
 				}
 			}
 		}), "the runtime did not load")
-		require.Zero(t, alone.Load(), "a team thread never ran beside the other")
-		require.NotEqual(t, <-threads, <-threads)
+		require.Zero(t, alone.Load(), "a team thread never ran beside the others")
+		distinct := map[int]bool{<-threads: true, <-threads: true, <-threads: true, <-threads: true}
+		require.Len(t, distinct, 4, "the team's threads")
 
 		// calls of every thread's pieces keep the same team threads, with
 		// calls of fewer pieces between them (a team's pool is its calling
@@ -58,7 +61,7 @@ func TestParallelOnOpenMPTeam(t *testing.T) {
 	}
 	tests := "^(TestParallelOnOpenMPTeam|TestParallelCoversOnce|TestParallelConcurrentAndNested|TestParallelPanicThenAgain)$"
 	cmd := exec.Command(os.Args[0], "-test.run", tests, "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "MC_CPU_OPENMP=libgomp.so.1")
+	cmd.Env = append(os.Environ(), "MC_CPU_OPENMP=libgomp.so.1", "OMP_NUM_THREADS=4")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	for _, name := range []string{"TestParallelOnOpenMPTeam", "TestParallelCoversOnce", "TestParallelConcurrentAndNested",

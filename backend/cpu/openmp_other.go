@@ -2,5 +2,5 @@
 
 package cpu
 
-// Without cgo on Linux the pieces always run on goroutines.
+// Elsewhere than Linux with cgo the pieces always run on goroutines.
 func onTeam(int, func()) bool { return false }

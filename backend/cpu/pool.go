@@ -163,12 +163,10 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 			}()
 		}
 	}
-	// a call that can keep every thread busy runs on a team, Threads()
-	// strong as the host's own parallel ops' are (after a smaller team GNU's
-	// runtime ends the surplus threads, and the next full one creates them
-	// again); a smaller call on goroutines, where a team's threads with
+	// a call that can keep every thread of the host's team busy runs on
+	// that team; a smaller one on goroutines, where a team's threads with
 	// nothing to do would cost it their join (bench/cpu-pool.md)
-	if workers < Threads() || !onTeam(workers, claim) {
+	if !onTeam(workers, claim) {
 		for range workers - 1 {
 			go claim()
 		}

@@ -723,7 +723,7 @@ static void check_forked_child(const char* what) {
     if (pid == 0) {
         alarm(20);
         tensor x = make(F32, 2, 1, 1000000), y = make(F32, 2, 1, 1000000);
-        fill(&x, 1);
+        for (int64_t i = 0; i < x.n; i++) set(&x, i, 1);  // not rand(): a parent thread may have held its lock
         int ok = p_mc_softmax_fwd(&x.t, &y.t, NULL) == MC_ERR_BACKEND;
         ok = ok && strstr(p_mc_last_error(), "mc_softmax_fwd") && strstr(p_mc_last_error(), "forked");
         ok = ok && isnan(get(&y, 0)) && isnan(get(&y, 999999));
@@ -737,13 +737,13 @@ static void check_forked_child(const char* what) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child, %s: status %#x", what, status);
 }
 
-static volatile int busy_stop;
+static volatile int busy_stop, busy_started;
 
 static void* busy_calls(void* arg) {
     (void)arg;
     tensor x = make(F32, 2, 64, 65536), y = make(F32, 2, 64, 65536);
-    fill(&x, 1);
-    while (!busy_stop) p_mc_softmax_fwd(&x.t, &y.t, NULL);
+    for (int64_t i = 0; i < x.n; i++) set(&x, i, (double)(i % 7));
+    for (; !busy_stop; busy_started = 1) p_mc_softmax_fwd(&x.t, &y.t, NULL);
     free(x.mem);
     free(y.mem);
     return NULL;
@@ -753,6 +753,7 @@ static void check_fork(void) {
     check_forked_child("idle parent");
     pthread_t th;
     pthread_create(&th, NULL, busy_calls, NULL);
+    while (!busy_started) usleep(100);
     for (int i = 0; i < 8; i++) {
         usleep(2000);
         check_forked_child("parent busy in metalcore");
