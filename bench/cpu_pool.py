@@ -24,6 +24,7 @@ def cases():
     import metalcore
     from metalcore import _kernels
     us = harness.per_call_us
+    torch.set_num_threads(metalcore.cpu_threads())
     torch.manual_seed(0)
     out = {}
     module = metalcore.nn.LayerNorm(1024)
