@@ -98,10 +98,12 @@ func openMPFrom(setting string, warn io.Writer) bool {
 
 // onTeam runs claim on each thread of an OpenMP team of the host's size,
 // returning when all have, where a call of the given workers has a piece
-// for each of them, and reports whether it did (false: no runtime, or too
-// few workers). The team is the size the host's own parallel ops take, not
-// the workers': after a smaller team GNU's runtime ends the pool's surplus
-// threads, and the host's next op creates them again.
+// for each of them, and reports whether it did (false: no runtime, a host
+// that forms no teams, or too few workers). The team is the size the
+// host's own parallel ops take, not the workers': after a smaller team
+// GNU's runtime ends the pool's surplus threads, and the host's next op
+// creates them again. A host at one thread runs its ops inline, and a
+// team's thread spinning after each call would only take a core from it.
 func onTeam(workers int, claim func()) bool {
 	if !openMP() {
 		return false
