@@ -71,9 +71,9 @@ import (
 
 // A host that computes with OpenMP (PyTorch on the CPU) keeps its team's
 // threads spinning for a while after each of its parallel ops. Goroutines
-// woken for a call then wait for those cores (hundreds of microseconds on a
-// 2-core machine, longer than many calls), and while they run, the host's
-// next op waits for them. So where the process has an OpenMP runtime, a
+// woken for a call then wait for those cores, on a machine of few cores
+// longer than many calls take (bench/cpu-pool.md), and while they run, the
+// host's next op waits for them. So where the process has an OpenMP runtime, a
 // call's pieces run on a team of that runtime's threads, the host's own,
 // as its ops' do. MC_CPU_OPENMP chooses: unset, the runtime loaded in the
 // process when the first call that splits runs (none: goroutines); "0",
