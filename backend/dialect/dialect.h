@@ -35,6 +35,16 @@ MC_DEVICE float mc_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, mc_shfl_xor(v, o));
     return v;
 }
+// The same over each aligned group of `lanes` lanes of a warp (a power of
+// two up to 32), every lane of the warp taking part.
+MC_DEVICE float mc_group_sum(float v, int lanes) {
+    for (int o = lanes >> 1; o > 0; o >>= 1) v += mc_shfl_xor(v, o);
+    return v;
+}
+MC_DEVICE float mc_group_max(float v, int lanes) {
+    for (int o = lanes >> 1; o > 0; o >>= 1) v = fmaxf(v, mc_shfl_xor(v, o));
+    return v;
+}
 
 // The shared memory (floats) mc_block_sum and mc_block_max, and
 // mc_block_sum2, take as scratch: a kernel's MC_INSTANTIATE_GROUP size.

@@ -128,14 +128,14 @@ MC_DEVICE void softmax_short_rows(MC_IDS, MC_GLOBAL const void* x_, mc_i64 xs, M
             for (int j = 0; j < N; j++)
                 if (s + j < cols) m = fmaxf(m, v[j]);
         }
-        for (int o = lanes >> 1; o > 0; o >>= 1) m = fmaxf(m, mc_shfl_xor(m, o));
+        m = mc_group_max(m, lanes);
         float sum = 0.f;
         if (live)
             for (int j = 0; j < N; j++) {
                 v[j] = s + j < cols ? expf(v[j] - m) : 0.f;
                 sum += v[j];
             }
-        for (int o = lanes >> 1; o > 0; o >>= 1) sum += mc_shfl_xor(sum, o);
+        sum = mc_group_sum(sum, lanes);
         if (!live) continue;
         float inv = 1.f / sum;
         for (int j = 0; j < N; j++) v[j] *= inv;
@@ -227,7 +227,7 @@ MC_DEVICE void softmax_short_grad_rows(MC_IDS, MC_GLOBAL const void* dy_, mc_i64
             mc_fetch<D>(dyr, cols, mc_aligned(dyr, cols, N), s, d);
             for (int j = 0; j < N; j++) dot += d[j] * y[j];
         }
-        for (int o = lanes >> 1; o > 0; o >>= 1) dot += mc_shfl_xor(dot, o);
+        dot = mc_group_sum(dot, lanes);
         if (!live) continue;
         for (int j = 0; j < N; j++) y[j] *= d[j] - dot;
         MC_GLOBAL typename DO::T* dxr = (MC_GLOBAL typename DO::T*)dx_ + r * dxs;
