@@ -44,12 +44,21 @@ def cases():
             lambda: (torch.nn.functional.silu(x), torch.mm(a, c)), n)
         xg = x.clone().requires_grad_()
         out[f"nn.LayerNorm forward + backward, {rows} x 1024"] = us(lambda: module(xg).backward(dy), n)
+    # the small CPU Llama step's (bench/e2e.md) MLP and rotary shapes
+    gate, up = torch.randn(2, 128, 688, requires_grad=True), torch.randn(2, 128, 688, requires_grad=True)
+    dglu = torch.randn(2, 128, 688)
+    out["swiglu forward + backward, 256 x 688"] = us(lambda: metalcore.swiglu(gate, up).backward(dglu), 200)
+    q = torch.randn(2, 128, 4, 64).transpose(1, 2).requires_grad_()
+    k = torch.randn(2, 128, 4, 64).transpose(1, 2).requires_grad_()
+    cos, sin = torch.randn(2, 128, 64), torch.randn(2, 128, 64)
+    out["rope forward + backward, q and k 2 x 4 x 128 x 64"] = us(
+        lambda: torch.autograd.backward(metalcore.rope(q, k, cos, sin), (q.detach(), k.detach())), 200)
     spd = torch.randn(10000, 32, 32)
     spd = spd @ spd.mT / 32 + torch.eye(32)
-    g, q = torch.randn(2000, 32, 32), torch.randn(1000, 64, 64)
+    g, sq = torch.randn(2000, 32, 32), torch.randn(1000, 64, 64)
     out["cholesky_ex 10000 x 32²"] = us(lambda: metalcore.linalg.cholesky_ex(spd), 5)
     out["svd 2000 x 32²"] = us(lambda: metalcore.linalg.svd(g, full_matrices=False), 3)
-    out["qr 1000 x 64²"] = us(lambda: metalcore.linalg.qr(q), 3)
+    out["qr 1000 x 64²"] = us(lambda: metalcore.linalg.qr(sq), 3)
     return out
 
 

@@ -96,24 +96,28 @@ func openMPFrom(setting string, warn io.Writer) bool {
 	return true
 }
 
-// onTeam runs claim on each thread of an OpenMP team of the host's size,
-// returning when all have, where a call of the given workers has a piece
-// for each of them, and reports whether it did (false: no runtime, a host
-// that forms no teams, or too few workers). The team is the size the
-// host's own parallel ops take, not the workers': after a smaller team
-// GNU's runtime ends the pool's surplus threads, and the host's next op
-// creates them again. A host at one thread runs its ops inline, and a
-// team's thread spinning after each call would only take a core from it.
-func onTeam(workers int, claim func()) bool {
+// teamSize is the size of the team a call that splits runs on: the
+// host's (the size its own parallel ops take, not the call's workers':
+// after a smaller team GNU's runtime ends the pool's surplus threads, and
+// the host's next op creates them again), or 0 for goroutines: no runtime,
+// a library thread count below the team's, or a host at one thread, which
+// runs its ops inline, and whose core a team's thread spinning after each
+// call would only take from it.
+func teamSize() int {
 	if !openMP() {
-		return false
+		return 0
 	}
 	team := int(C.mc_openmp_team())
-	if workers < team || team < 2 {
-		return false
+	if team < 2 || Threads() < team {
+		return 0
 	}
+	return team
+}
+
+// runTeam runs claim on each thread of an OpenMP team of team threads,
+// returning when all have.
+func runTeam(team int, claim func()) {
 	h := cgo.NewHandle(claim)
 	defer h.Delete()
 	C.mc_openmp_run(C.uintptr_t(h), C.unsigned(team))
-	return true
 }

@@ -19,14 +19,18 @@ import (
 // The runtime is chosen once a process, so the pool's tests run again in a
 // child that loads GNU's OpenMP runtime by name (Debian's libgomp1), its
 // teams 4 threads strong (OMP_NUM_THREADS): there a team runs its threads
-// at once, only a call with a piece for each takes one, and Parallel, whose
-// pieces it then runs, covers its ranges as it does on goroutines.
+// at once, every call that splits takes one unless the library's thread
+// count is below the team's, and Parallel, whose pieces it then runs,
+// covers its ranges as it does on goroutines.
 func TestParallelOnOpenMPTeam(t *testing.T) {
 	if os.Getenv("MC_CPU_OPENMP") == "libgomp.so.1" { // the child
-		require.False(t, onTeam(3, func() { t.Error("a team for 3 workers") }), "3 workers of a 4-thread team")
+		defer SetThreads(SetThreads(3))
+		require.Zero(t, teamSize(), "a team of 4 for a library of 3 threads")
+		SetThreads(4)
+		require.Equal(t, 4, teamSize(), "the runtime did not load")
 		var running, alone atomic.Int32
 		threads := make(chan int, 4)
-		require.True(t, onTeam(4, func() { // (no t.FailNow on a team thread)
+		runTeam(4, func() { // (no t.FailNow on a team thread)
 			threads <- syscall.Gettid()
 			running.Add(1)
 			for start := time.Now(); running.Load() < 4; time.Sleep(time.Microsecond) {
@@ -35,28 +39,28 @@ func TestParallelOnOpenMPTeam(t *testing.T) {
 					return
 				}
 			}
-		}), "the runtime did not load")
+		})
 		require.Zero(t, alone.Load(), "a team thread never ran beside the others")
 		distinct := map[int]bool{<-threads: true, <-threads: true, <-threads: true, <-threads: true}
 		require.Len(t, distinct, 4, "the team's threads")
 
-		// calls of every thread's pieces keep the same team threads, with
-		// calls of fewer pieces between them (a team's pool is its calling
-		// thread's)
-		defer SetThreads(SetThreads(4))
+		// calls of 2 and of 4 workers run on the same team threads (a
+		// team's pool is its calling thread's; one of a smaller size would
+		// end the surplus threads and the next make them anew)
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		var mu sync.Mutex
 		seen := map[int]bool{}
-		for range 100 {
-			Parallel(4, 1, func(int, int, *Scratch) {
-				mu.Lock()
-				seen[syscall.Gettid()] = true
-				mu.Unlock()
-			})
-			Parallel(4, 2, func(int, int, *Scratch) {})
+		record := func(int, int, *Scratch) {
+			mu.Lock()
+			seen[syscall.Gettid()] = true
+			mu.Unlock()
 		}
-		require.LessOrEqual(t, len(seen), 4, "threads that ran the 4-piece calls")
+		for range 100 {
+			Parallel(4, 1, record)
+			Parallel(4, 2, record)
+		}
+		require.LessOrEqual(t, len(seen), 4, "threads that ran the calls")
 		return
 	}
 	tests := "^(TestParallelOnOpenMPTeam|TestParallelCoversOnce|TestParallelConcurrentAndNested|TestParallelPanicThenAgain)$"

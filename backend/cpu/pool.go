@@ -125,7 +125,8 @@ func CallScratch() (s *Scratch, release func()) {
 // Parallel calls fn on disjoint pieces [lo, hi) covering [0, n), of about
 // equal length, no more than n/grain rounded up and piecesPerWorker for
 // each of the at most Threads() threads that run them (the caller one of
-// them: an OpenMP team's, or goroutines), and returns when all are done.
+// them: an OpenMP team's, or goroutines; on a team, a piece for each of
+// its threads at least, where n has them), and returns when all are done.
 //
 // The pieces are claimed, not assigned: each thread takes the next
 // unclaimed piece until none is left, so the caller never waits for a
@@ -146,6 +147,14 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 		return
 	}
 	pieces := min(piecesPerWorker*workers, grains)
+	// a call of two workers or more runs on the host's team where it has
+	// one, cut into a piece for each of its threads at least: they are
+	// spinning after the host's last op, where a goroutine would wait for
+	// a core they hold (bench/cpu-pool.md)
+	team := teamSize()
+	if team > 0 {
+		pieces = min(max(pieces, team), n)
+	}
 	var (
 		next   atomic.Int64 // the next piece to claim
 		wg     sync.WaitGroup
@@ -163,10 +172,9 @@ func Parallel(n, grain int, fn func(lo, hi int, s *Scratch)) {
 			}()
 		}
 	}
-	// a call that can keep every thread of the host's team busy runs on
-	// that team; a smaller one on goroutines, where a team's threads with
-	// nothing to do would cost it their join (bench/cpu-pool.md)
-	if !onTeam(workers, claim) {
+	if team > 0 {
+		runTeam(team, claim)
+	} else {
 		for range workers - 1 {
 			go claim()
 		}

@@ -67,8 +67,9 @@ func TestScratchOutOfMemoryIsAnError(t *testing.T) {
 }
 
 // Parallel covers [0, n) exactly once, in no more pieces than
-// piecesPerWorker a thread and than n/grain rounded up, at most threads of
-// them running at once, at every thread count.
+// piecesPerWorker a thread and than n/grain rounded up (on a team, than
+// one for each of its threads where n has them), at most threads of them
+// running at once, at every thread count.
 func TestParallelCoversOnce(t *testing.T) {
 	defer SetThreads(SetThreads(1))
 	for _, threads := range []int{1, 2, 3, 8, 64} {
@@ -91,7 +92,12 @@ func TestParallelCoversOnce(t *testing.T) {
 					require.Equal(t, int32(1), seen[i].Load(), "threads %d n %d grain %d index %d", threads, n, grain, i)
 				}
 				what := fmt.Sprintf("threads %d n %d grain %d", threads, n, grain)
-				require.LessOrEqual(t, int(pieces.Load()), min(piecesPerWorker*threads, (n+grain-1)/grain), what)
+				grains := (n + grain - 1) / grain
+				bound := min(piecesPerWorker*threads, grains)
+				if team := teamSize(); team > 0 && min(threads, grains) >= 2 {
+					bound = min(max(bound, team), n) // a piece for each of the team's threads
+				}
+				require.LessOrEqual(t, int(pieces.Load()), bound, what)
 				require.LessOrEqual(t, int(most.Load()), threads, what)
 				if threads == 1 {
 					require.Equal(t, int32(1), pieces.Load(), what)
