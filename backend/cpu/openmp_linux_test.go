@@ -61,6 +61,11 @@ func TestParallelOnOpenMPTeam(t *testing.T) {
 			Parallel(4, 2, record)
 		}
 		require.LessOrEqual(t, len(seen), 4, "threads that ran the calls")
+		// a call of 2 workers is cut into a piece for each of the team's
+		// threads
+		var pieces atomic.Int32
+		Parallel(8, 4, func(int, int, *Scratch) { pieces.Add(1) })
+		require.Equal(t, int32(4), pieces.Load(), "pieces of a 2-worker call on a 4-thread team")
 		return
 	}
 	tests := "^(TestParallelOnOpenMPTeam|TestParallelCoversOnce|TestParallelConcurrentAndNested|TestParallelPanicThenAgain)$"
