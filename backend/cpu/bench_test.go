@@ -81,7 +81,7 @@ func BenchmarkLaneMoves(b *testing.B) {
 			"Deinterleave": func() { k.Deinterleave(mats, a, elems) },
 			"interleave8": func() {
 				for g := 0; g < k.Lanes; g += 8 {
-					interleave8(a, k.Lanes, g, (*[8][]float32)(mats[g:g+8]), elems)
+					Interleave8(a, k.Lanes, g, (*[8][]float32)(mats[g:g+8]), elems)
 				}
 			},
 			"deinterleave8": func() {

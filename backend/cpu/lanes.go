@@ -33,7 +33,7 @@ func Interleave(a []float32, mats [][]float32, elems int) {
 	}
 	if lanes%8 == 0 { // AVX2's and AVX-512's widths: eight lanes at a time
 		for g := 0; g < lanes; g += 8 {
-			interleave8(a, lanes, g, (*[8][]float32)(mats[g:g+8]), elems)
+			Interleave8(a, lanes, g, (*[8][]float32)(mats[g:g+8]), elems)
 		}
 		return
 	}
@@ -48,10 +48,12 @@ func Interleave(a []float32, mats [][]float32, elems int) {
 	}
 }
 
-// interleave8 sets a[e*lanes+off+l] = m[l][e] for l < 8, e < elems: eight
-// stores to consecutive floats an element, no bounds checks in the loop
-// (3x the element-by-element loop's speed).
-func interleave8(a []float32, lanes, off int, m *[8][]float32, elems int) {
+// Interleave8 sets a[e*lanes+off+l] = m[l][e] for l < 8, e < elems: eight
+// matrices into lanes off to off+7, or eight vectors into columns off to
+// off+7 of a row-major matrix with lanes columns. Eight stores to
+// consecutive floats an element, no bounds checks in the loop (3x the
+// element-by-element loop's speed).
+func Interleave8(a []float32, lanes, off int, m *[8][]float32, elems int) {
 	m0, m1, m2, m3 := m[0][:elems], m[1][:elems], m[2][:elems], m[3][:elems]
 	m4, m5, m6, m7 := m[4][:elems], m[5][:elems], m[6][:elems], m[7][:elems]
 	a = a[:elems*lanes]
@@ -86,7 +88,7 @@ func Deinterleave(mats [][]float32, a []float32, elems, lanes int) {
 	}
 }
 
-// deinterleave8 is interleave8's inverse.
+// deinterleave8 is Interleave8's inverse.
 func deinterleave8(m *[8][]float32, a []float32, lanes, off, elems int) {
 	m0, m1, m2, m3 := m[0][:elems], m[1][:elems], m[2][:elems], m[3][:elems]
 	m4, m5, m6, m7 := m[4][:elems], m[5][:elems], m[6][:elems], m[7][:elems]

@@ -138,10 +138,7 @@ func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float
 	// columns by columns
 	if (m >= n) == byRows {
 		if s := float32(scale); s >= 0x1p-126 && s <= 0x1p127 { // a float32 product is the same, and cheaper
-			bm = bm[:len(src)]
-			for i, x := range src {
-				bm[i] = x * s
-			}
+			cpu.K().Normalize(bm[:len(src)], src, nil, nil, 0, s) // bm = src * s
 		} else {
 			for i, x := range src {
 				bm[i] = float32(float64(x) * scale)
@@ -211,21 +208,25 @@ func (io matrixIO) store(b int, bm []float32, bmRows int, other []float32, bmLef
 	sc *cpu.Scratch) int32 {
 	m, n, rows, cols := io.s.m, io.s.n, io.s.rows(), io.s.cols()
 	k := cols
-	fin := sc.Buf(bufFinish, 2*cols+bmRows)
-	sigma, rank, x := fin[:cols], fin[cols:2*cols], fin[2*cols:]
+	fin := sc.Buf(bufFinish, 3*cols+bmRows)
+	sigma, rank, byRank, x := fin[:cols], fin[cols:2*cols], fin[2*cols:3*cols], fin[3*cols:]
+	table := cpu.K()
 	for j := range cols {
-		sigma[j] = float32(math.Sqrt(float64(cpu.K().SumSq(bm[j*bmRows : (j+1)*bmRows]))))
+		sigma[j] = float32(math.Sqrt(float64(table.SumSq(bm[j*bmRows : (j+1)*bmRows]))))
 	}
-	// each value's place, descending, ties in column order: a value's bits
-	// above its column's complement order the columns so, and each of
-	// those before it adds the sign of a subtraction (no branch)
-	key := func(j int) uint64 { return uint64(math.Float32bits(sigma[j]))<<32 | uint64(^uint32(j)) }
-	for j := range cols {
-		kj, r := key(j), uint64(0)
-		for i := range cols {
-			r += (kj - key(i)) >> 63
+	// each value's place, descending, ties in column order: the values
+	// before it at least as large and those after it larger, each counted
+	// by the sign of a difference of their bits (no branch; norms are
+	// never negative, and their bits order as they do)
+	for j, sj := range sigma {
+		bj, r := int64(math.Float32bits(sj)), int64(0)
+		for _, si := range sigma[:j] {
+			r += (bj - int64(math.Float32bits(si)) - 1) >> 63
 		}
-		rank[j] = float32(r)
+		for _, si := range sigma[j+1:] {
+			r += (bj - int64(math.Float32bits(si))) >> 63
+		}
+		rank[j] = float32(-r)
 	}
 	nan := float32(math.NaN())
 	if unit != unit {
@@ -248,28 +249,23 @@ func (io matrixIO) store(b int, bm []float32, bmRows int, other []float32, bmLef
 	cut := float32(math.Sqrt(float64(1.25 * frozen(frobenius2, tolerance(rows)))))
 	for j := range cols {
 		if col := bm[j*bmRows : (j+1)*bmRows]; sigma[j] > cut {
-			inv := 1 / sigma[j]
-			for i := range col {
-				col[i] *= inv
-			}
+			table.Normalize(col, col, nil, nil, 0, 1/sigma[j]) // col *= 1/σ
 		}
 	}
 	complete(bm, bmRows, cols, sigma, cut, x)
 	uo := io.u.At(b*m*k).Out(0, sc.Buf(bufU, m*k))
 	vho := io.vh.At(b*k*n).Out(0, sc.Buf(bufVh, k*n))
-	left, right := columnsInto(uo, k), rowsInto(vho, n) // tall: U gets B's columns, Vh V's
-	if m < n {
-		left, right = rowsInto(vho, n), columnsInto(uo, k)
-	}
-	otherRows := cols // V's
-	if !bmLeft {
-		left, right, otherRows = right, left, rows
+	// U's columns are B's left vectors where A is tall, its right ones
+	// where it is wide (B = Aᵀ); Vh's rows are the others
+	uVecs, vVecs := bm, other
+	if bmLeft != (m >= n) {
+		uVecs, vVecs = other, bm
 	}
 	for j := range cols {
 		r := int(rank[j])
-		left(bm[j*bmRows:(j+1)*bmRows], r)
-		right(other[j*otherRows:(j+1)*otherRows], r)
+		copy(vho[r*n:(r+1)*n], vVecs[j*n:(j+1)*n])
 	}
+	columnsInto(uo, uVecs, m, k, rank, byRank)
 	if unit != unit {
 		cpu.Fill(uo, nan)
 		cpu.Fill(vho, nan)
@@ -279,18 +275,28 @@ func (io matrixIO) store(b int, bm []float32, bmRows int, other []float32, bmLef
 	return info
 }
 
-// columnsInto writes a vector as column r of the row-major dst with k
-// columns; rowsInto as row r of dst with n columns.
-func columnsInto(dst []float32, k int) func(vec []float32, r int) {
-	return func(vec []float32, r int) {
-		for i, x := range vec {
+// columnsInto writes vector j of vecs (m long each, one after another) as
+// column rank[j] of the row-major m x k dst: eight columns at a time
+// (cpu.Interleave8, no bounds check a float), the last k%8 one float at a
+// time. byRank is k floats of scratch.
+func columnsInto(dst, vecs []float32, m, k int, rank, byRank []float32) {
+	for j, r := range rank[:k] {
+		byRank[int(r)] = float32(j)
+	}
+	vec := func(r int) []float32 { j := int(byRank[r]); return vecs[j*m : (j+1)*m] }
+	g := 0
+	for ; g+8 <= k; g += 8 {
+		var group [8][]float32
+		for l := range group {
+			group[l] = vec(g + l)
+		}
+		cpu.Interleave8(dst, k, g, &group, m)
+	}
+	for r := g; r < k; r++ {
+		for i, x := range vec(r) {
 			dst[i*k+r] = x
 		}
 	}
-}
-
-func rowsInto(dst []float32, n int) func(vec []float32, r int) {
-	return func(vec []float32, r int) { copy(dst[r*n:(r+1)*n], vec) }
 }
 
 // complete replaces each column of bm (rows long, unit where its norm
