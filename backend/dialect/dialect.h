@@ -25,26 +25,22 @@ template <class D> struct Vec {
     }
 };
 
-template <class V> MC_DEVICE V mc_warp_sum(V v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += mc_shfl_xor(v, o);
-    return v;
-}
-MC_DEVICE float mc_warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, mc_shfl_xor(v, o));
-    return v;
-}
-// The same over each aligned group of `lanes` lanes of a warp (a power of
-// two up to 32), every lane of the warp taking part.
+// Sums and maxima over each aligned group of `lanes` lanes of a warp (a
+// power of two up to 32), every lane of the warp taking part; over the
+// whole warp, mc_warp_sum and mc_warp_max (a constant count the compiler
+// unrolls).
 MC_DEVICE float mc_group_sum(float v, int lanes) {
+#pragma unroll
     for (int o = lanes >> 1; o > 0; o >>= 1) v += mc_shfl_xor(v, o);
     return v;
 }
 MC_DEVICE float mc_group_max(float v, int lanes) {
+#pragma unroll
     for (int o = lanes >> 1; o > 0; o >>= 1) v = fmaxf(v, mc_shfl_xor(v, o));
     return v;
 }
+MC_DEVICE float mc_warp_sum(float v) { return mc_group_sum(v, 32); }
+MC_DEVICE float mc_warp_max(float v) { return mc_group_max(v, 32); }
 
 // The shared memory (floats) mc_block_sum and mc_block_max, and
 // mc_block_sum2, take as scratch: a kernel's MC_INSTANTIATE_GROUP size.
