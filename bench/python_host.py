@@ -127,7 +127,7 @@ def layer_rows(device):
     """Where one call's host time goes: metalcore.silu and metalcore.rms_norm
     (with a weight that requires grad) from the public function down to the
     library call with descriptors made beforehand."""
-    from metalcore import _kernels, _lib, _ops
+    from metalcore import _autograd, _kernels, _lib, _ops
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     x = torch.randn(4, 64, device=device, dtype=dtype)
     xg = x.clone().requires_grad_()
@@ -142,6 +142,24 @@ def layer_rows(device):
 
     def prebuilt(held=held):
         _lib.check(_lib.lib.mc_silu_fwd(xa, ya, queue))
+
+    class Saving(torch.autograd.Function):
+        """A norm's Function without its kernel: the output allocated and
+        three tensors saved."""
+        @staticmethod
+        def forward(ctx, x, w):
+            y = torch.empty_like(x)
+            ctx.save_for_backward(x, w, y)
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy, None
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x
+    saving, identity = _autograd.direct(Saving), Identity()
     return [
         ("metalcore.silu (public function)", lambda: metalcore.silu(x)),
         ("  checks: _lib.admit", lambda: _lib.admit(x)),
@@ -154,6 +172,9 @@ def layer_rows(device):
         ("metalcore.rms_norm, weight requires grad", lambda: metalcore.rms_norm(x, w)),
         ("  _ops.rms_norm (its Function and kernel call; no checks, no Forms)", lambda: _ops.rms_norm(x, w, 1e-6)),
         ("metalcore.silu, input requires grad", lambda: metalcore.silu(xg)),
+        ("floor: a module call (Module.__call__ of a forward returning its input)", lambda: identity(x)),
+        ("floor: an autograd Function (its C apply, as metalcore calls it) allocating its output and saving three tensors",
+         lambda: saving(x, w)),
     ]
 
 
