@@ -66,6 +66,20 @@ def per_call_us(fn, calls, rounds=9, device="cpu"):
     return statistics.median(round_us(fn, calls, device) for _ in range(rounds))
 
 
+def interleaved_us(fns, calls, rounds, device="cpu"):
+    """Each of fns' time per call in microseconds: the median over rounds
+    of round_us, every round timing each of fns in turn, so that a slow
+    spell of the host falls on all of them alike, after an untimed call of
+    each."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for t, fn in zip(times, fns):
+            t.append(round_us(fn, calls, device))
+    return [statistics.median(t) for t in times]
+
+
 def paired_us(ours, theirs, calls, rounds, device="cpu", around=contextlib.nullcontext):
     """(ours, theirs): the median over rounds of round_us of each, their
     rounds alternating (theirs first), so that both see the same host (its

@@ -11,7 +11,7 @@ on a shared machine). Module and AdamW rows include autograd's bookkeeping as a
 model sees it (parameters that require grad). The bar (issue 34): metalcore
 <= max(1.5 x PyTorch, PyTorch + 5 us); AdamW.step on 75 tensors <= PyTorch's
 fused step (CUDA) or foreach step (CPU). CPU rows run both at the same
-thread count."""
+thread count. The layer table's rows take their rounds in turn too."""
 import contextlib
 import ctypes
 import pathlib
@@ -30,14 +30,10 @@ ROUNDS, CALLS = 15, 1000
 OVERRIDDEN = ("rms_norm", "layer_norm", "softmax", "gelu", "silu")
 
 
-def host_us(fn, device, calls=CALLS):
-    """fn's host time: the median of ROUNDS rounds."""
-    return harness.per_call_us(fn, calls, ROUNDS, device)
-
-
 def paired_us(ours, theirs, device, calls=CALLS, around=contextlib.nullcontext):
-    """(ours, theirs) as host_us times them, their rounds alternating;
-    ours' rounds run inside around()."""
+    """(ours, theirs): each one's host time, the median of ROUNDS rounds
+    of CALLS calls, their rounds alternating; ours' rounds run inside
+    around()."""
     return harness.paired_us(ours, theirs, calls, ROUNDS, device, around)
 
 
@@ -216,8 +212,9 @@ def main():
         print(f"\n### Where a call's host time goes ({device})\n")
         print("| layer | µs |")
         print("|---|---:|")
-        for what, fn in layer_rows(device):
-            print(f"| {what} | {host_us(fn, device):.2f} |")
+        rows = layer_rows(device)
+        for (what, fn), us in zip(rows, harness.interleaved_us([fn for _, fn in rows], CALLS, ROUNDS, device)):
+            print(f"| {what} | {us:.2f} |")
             if device == "cuda" and what.startswith("    mc_silu_fwd"):
                 print(f"| {what}, the GPU idle before it | {idle_us(fn):.2f} |")
         if device == "cuda":
