@@ -10,8 +10,11 @@ PyTorch's foreach AdamW, both at the same thread count. Every variant
 starts from the same weights; each round gives every variant, in turn, a
 block of three steps (the overrides on for the whole block, as a program
 that enables them has them: turning them on and off patches torch.Tensor,
-which costs Python's attribute caches), the first untimed, and a variant's
-time is the median of its timed steps. Memory (CUDA): the
+which costs Python's attribute caches), the first untimed. A variant's
+time is the median of its timed steps, and its speed the median over
+rounds of PyTorch's median step time in the round over its own (the
+host's speed drifts over seconds: a round's ratio sees one moment of it).
+Memory (CUDA): the
 parameters, gradients and optimizer state the variant keeps, plus the peak
 a step adds over what was allocated when it began."""
 import contextlib
@@ -32,6 +35,7 @@ except ImportError:  # the bench needs transformers; say so instead of a traceba
     sys.exit("bench/e2e.py needs the transformers package")
 
 VARIANTS = ["PyTorch", "patch_model", "default overrides", "metalcore.optim.AdamW", "all three"]
+STEPS = 3  # a block's steps, the first untimed
 
 
 def config(device, attention):
@@ -65,6 +69,7 @@ class Variant:
             kw = {"fused": True} if device == "cuda" else {"foreach": True}
             self.opt = torch.optim.AdamW(params, lr=1e-4, **kw)
         self.times, self.peaks = [], []
+        self.rounds = []  # each round's timed step times
 
     def step(self, ids, device):
         if device == "cuda":
@@ -118,26 +123,28 @@ def run(device, attention, rounds):
     for r in range(rounds + 1):  # a warm-up round (kernels compiled, state made)
         for v in variants:
             module.apply_rotary_pos_emb = patched if v.patched else original
-            loss = v.block(ids, device, 3)
+            loss = v.block(ids, device, STEPS)
             if r == 0:
                 losses[v.name] = loss
                 v.times.clear()
                 v.peaks.clear()
+            else:
+                v.rounds.append(v.times[-(STEPS - 1):])
     module.apply_rotary_pos_emb = original
-    ref = statistics.median(variants[0].times)
+    ref = variants[0].rounds
     rows = []
     for v in variants:
-        t = statistics.median(v.times)
+        speed = statistics.median(statistics.median(a) / statistics.median(b) for a, b in zip(ref, v.rounds))
         mem = (v.kept() + max(v.peaks)) / 2 ** 20 if device == "cuda" else None
-        rows.append((v.name, t * 1e3, ref / t, mem, losses[v.name]))
+        rows.append((v.name, statistics.median(v.times) * 1e3, speed, mem, losses[v.name]))
     return rows
 
 
 def main():
     print("# A Llama training step through the public API\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, transformers {transformers.__version__}; "
-          "`python3 bench/e2e.py`. Speed is PyTorch's step time over the variant's (above 1: faster than "
-          "PyTorch). Bar (issue 34): every variant >= 1.0x, all three >= 1.03x; memory <= PyTorch's + 5% "
+          "`python3 bench/e2e.py`. Speed is the median over rounds of PyTorch's step time over the variant's in "
+          "the same round (above 1: faster than PyTorch). Bar (issue 34): every variant >= 1.0x, all three >= 1.03x; memory <= PyTorch's + 5% "
           "(plus, with metalcore's AdamW, 4 bytes per 16-bit parameter of float32 state).\n")
     for device in harness.devices(cpu_first=False):
         where = harness.on(device)
