@@ -62,8 +62,7 @@ def round_us(fn, calls, device="cpu"):
 def per_call_us(fn, calls, rounds=9, device="cpu"):
     """fn's time per call in microseconds: the median of rounds rounds of
     round_us, after one untimed call."""
-    fn()
-    return statistics.median(round_us(fn, calls, device) for _ in range(rounds))
+    return interleaved_us([fn], calls, rounds, device)[0]
 
 
 def interleaved_us(fns, calls, rounds, device="cpu"):
