@@ -144,7 +144,8 @@ def main():
     print("# A Llama training step through the public API\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, transformers {transformers.__version__}; "
           "`python3 bench/e2e.py`. Speed is the median over rounds of PyTorch's step time over the variant's in "
-          "the same round (above 1: faster than PyTorch). Bar (issue 34): every variant >= 1.0x, all three >= 1.03x; memory <= PyTorch's + 5% "
+          "the same round (above 1: faster than PyTorch). Bar (issue 34): every variant >= 1.0x, all three >= 1.03x; "
+          "memory <= PyTorch's + 5% "
           "(plus, with metalcore's AdamW, 4 bytes per 16-bit parameter of float32 state).\n")
     for device in harness.devices(cpu_first=False):
         where = harness.on(device)

@@ -169,8 +169,8 @@ def layer_rows(device):
         ("  _ops.rms_norm (its Function and kernel call; no checks, no Forms)", lambda: _ops.rms_norm(x, w, 1e-6)),
         ("metalcore.silu, input requires grad", lambda: metalcore.silu(xg)),
         ("floor: a module call (Module.__call__ of a forward returning its input)", lambda: identity(x)),
-        ("floor: an autograd Function (its C apply, as metalcore calls it) allocating its output and saving three tensors",
-         lambda: saving(x, w)),
+        ("floor: an autograd Function (its C apply, as metalcore calls it) allocating its output and saving "
+         "three tensors", lambda: saving(x, w)),
     ]
 
 
