@@ -192,6 +192,12 @@ func TestPrimitives(t *testing.T) {
 					return v
 				})
 			}
+			if n > 0 { // scaled with no weights (the SVD's columns), a -0 stays -0, in the vector loop and the tail
+				z := append([]float32(nil), a...)
+				z[0], z[n-1] = float32(math.Copysign(0, -1)), float32(math.Copysign(0, -1))
+				k.Normalize(out, z, nil, nil, 0, 1.5)
+				require.True(t, math.Signbit(float64(out[0])) && math.Signbit(float64(out[n-1])), "%s Normalize -0 n=%d", k.Name, n)
+			}
 			k.NormGrad(out, a, b, shift, 0.5, 0.25, 2)
 			each("NormGrad", out, func(i int) float64 { return 2 * (float64(a[i]) - 0.5*(float64(b[i])-shift) - 0.25) })
 			k.SoftmaxGrad(out, a, b, 0.5)

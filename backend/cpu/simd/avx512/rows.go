@@ -54,19 +54,20 @@ func normalize(dst, x, w, b []float32, mean, rstd float32) {
 		if n < len(dst) {
 			storePart(loadPart(x[n:]).Sub(mv).Mul(rv).Mul(loadPart(w[n:])), dst[n:])
 		}
-	default:
-		bv := zero()
+	case b != nil:
+		b = b[:len(dst)]
 		for i := 0; i < n; i += W {
-			if b != nil {
-				bv = load(b, i)
-			}
-			store(load(x, i).Sub(mv).MulAdd(rv, bv), dst, i)
+			store(load(x, i).Sub(mv).MulAdd(rv, load(b, i)), dst, i)
 		}
 		if n < len(dst) {
-			if b != nil {
-				bv = loadPart(b[n:])
-			}
-			storePart(loadPart(x[n:]).Sub(mv).MulAdd(rv, bv), dst[n:])
+			storePart(loadPart(x[n:]).Sub(mv).MulAdd(rv, loadPart(b[n:])), dst[n:])
+		}
+	default: // no zero added: a -0 stays -0, as in NormalizeScalar
+		for i := 0; i < n; i += W {
+			store(load(x, i).Sub(mv).Mul(rv), dst, i)
+		}
+		if n < len(dst) {
+			storePart(loadPart(x[n:]).Sub(mv).Mul(rv), dst[n:])
 		}
 	}
 	archsimd.ClearAVXUpperBits()
