@@ -3,15 +3,7 @@ come, against back-to-back calls (bench/spaced_calls.md).
 
     python3 bench/spaced_calls.py [cpu|cuda ...] > bench/spaced_calls.md
 
-Before each timed call the host spins for the gap (Python busy work, no
-sleep); only the call is timed. Each figure is the median over 5 rounds
-of the median of 200 calls (100 at the longest gap), the rows of a gap
-taking their rounds in turn. A C function through ctypes (libc's labs)
-is the reference for what the gap alone costs a call (caches, ctypes);
-mc_cpu_threads is the library's cheapest entry, into Go and straight
-back. Context switches: the process's, all threads, per call
-(getrusage). The silu rows: 4 x 64 tensors, float32 on the CPU and
-bfloat16 on CUDA, through the public API and PyTorch's own."""
+How it measures: METHOD below, printed with the table."""
 import ctypes
 import resource
 import statistics
@@ -26,6 +18,13 @@ from metalcore import _lib
 
 GAPS_US = (0, 50, 200, 1000, 5000)
 ROUNDS = 5
+METHOD = ("Before each timed call the host spins for the gap (Python busy work, no sleep); only the call is "
+          f"timed. Each figure is the median over {ROUNDS} rounds of the median of 200 calls (100 at the longest gap), "
+          "the rows of a gap taking their rounds in turn. A C function through ctypes (libc's labs) is the "
+          "reference for what the gap alone costs a call (caches, ctypes); mc_cpu_threads is the library's "
+          "cheapest entry, into Go and straight back. Context switches: the process's, all threads, per call "
+          "(getrusage). The silu rows: 4 x 64 tensors, float32 on the CPU and bfloat16 on CUDA, through the "
+          "public API and PyTorch's own.")
 
 
 def spaced_us(fn, gap_us, calls):
@@ -47,16 +46,16 @@ def spaced_us(fn, gap_us, calls):
     return statistics.median(times) * 1e6, switches
 
 
-def table(rows):
-    """{gap: [(us, switches) per row]}, the rows of a gap in turn."""
+def table(fns):
+    """{gap: [(us, switches) per function]}, the functions of a gap in turn."""
     out = {}
     for gap in GAPS_US:
         calls = 100 if gap >= 5000 else 200
-        for _, fn in rows:
+        for fn in fns:
             fn()
-        runs = [[] for _ in rows]
+        runs = [[] for _ in fns]
         for _ in range(ROUNDS):
-            for r, (_, fn) in zip(runs, rows):
+            for r, fn in zip(runs, fns):
                 r.append(spaced_us(fn, gap, calls))
         out[gap] = [(statistics.median(u for u, _ in r), statistics.median(s for _, s in r)) for r in runs]
     return out
@@ -66,7 +65,7 @@ def entry_table():
     libc = ctypes.CDLL("libc.so.6")
     libc.labs.restype, libc.labs.argtypes = ctypes.c_long, [ctypes.c_long]
     noop = _lib.lib.mc_cpu_threads
-    res = table([("labs", lambda: libc.labs(-3)), ("mc_cpu_threads", noop)])
+    res = table([lambda: libc.labs(-3), noop])
     print("## Into the library and back\n")
     print("| gap µs | C function via ctypes µs | metalcore's mc_cpu_threads µs | its context switches per call |")
     print("|---:|---:|---:|---:|")
@@ -78,7 +77,7 @@ def entry_table():
 def silu_table(device):
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     x = torch.randn(4, 64, device=device, dtype=dtype)
-    res = table([("metalcore", lambda: metalcore.silu(x)), ("torch", lambda: F.silu(x))])
+    res = table([lambda: metalcore.silu(x), lambda: F.silu(x)])
     print(f"## silu, {harness.on(device)}\n")
     print("| gap µs | metalcore.silu µs | PyTorch F.silu µs | ratio |")
     print("|---|---:|---:|---:|")
@@ -90,7 +89,7 @@ def silu_table(device):
 def main():
     print("# Calls spaced by other host work\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, `python3 bench/spaced_calls.py`. "
-          f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}\n".replace("\n", " ").rstrip() + "\n")
+          f"{METHOD}\n")
     entry_table()
     for device in harness.devices():
         silu_table(device)
