@@ -67,16 +67,21 @@ def per_call_us(fn, calls, rounds=9, device="cpu"):
 
 def interleaved_us(fns, calls, rounds, device="cpu"):
     """Each of fns' time per call in microseconds: the median over rounds
-    of round_us, every round timing each of fns in turn, so that a slow
-    spell of the host falls on all of them alike, after an untimed call of
-    each."""
+    of round_us (interleaved)."""
+    return [statistics.median(t) for t in interleaved(fns, rounds, lambda fn: round_us(fn, calls, device))]
+
+
+def interleaved(fns, rounds, measure):
+    """Each of fns' rounds measures (measure(fn) each), every round
+    measuring each of fns in turn, so that a slow spell of the host falls
+    on all of them alike, after an untimed call of each."""
     for fn in fns:
         fn()
-    times = [[] for _ in fns]
+    results = [[] for _ in fns]
     for _ in range(rounds):
-        for t, fn in zip(times, fns):
-            t.append(round_us(fn, calls, device))
-    return [statistics.median(t) for t in times]
+        for r, fn in zip(results, fns):
+            r.append(measure(fn))
+    return results
 
 
 def paired_us(ours, theirs, calls, rounds, device="cpu", around=contextlib.nullcontext):

@@ -47,16 +47,12 @@ def spaced_us(fn, gap_us, calls):
 
 
 def table(fns):
-    """{gap: [(us, switches) per function]}, the functions of a gap in turn."""
+    """{gap: [(us, switches) per function]}, the functions of a gap in turn
+    (harness.interleaved)."""
     out = {}
     for gap in GAPS_US:
         calls = 100 if gap >= 5000 else 200
-        for fn in fns:
-            fn()
-        runs = [[] for _ in fns]
-        for _ in range(ROUNDS):
-            for r, fn in zip(runs, fns):
-                r.append(spaced_us(fn, gap, calls))
+        runs = harness.interleaved(fns, ROUNDS, lambda fn: spaced_us(fn, gap, calls))
         out[gap] = [(statistics.median(u for u, _ in r), statistics.median(s for _, s in r)) for r in runs]
     return out
 
