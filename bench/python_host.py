@@ -11,7 +11,10 @@ on a shared machine). Module and AdamW rows include autograd's bookkeeping as a
 model sees it (parameters that require grad). The bar (issue 34): metalcore
 <= max(1.5 x PyTorch, PyTorch + 5 us); AdamW.step on 75 tensors <= PyTorch's
 fused step (CUDA) or foreach step (CPU). CPU rows run both at the same
-thread count. The layer table's rows take their rounds in turn too."""
+thread count. The layer table's rows take their rounds in turn too, as do
+the rows of the last table: a norm module built as metalcore's are, with
+nothing in its forward but what every such call must do, against the bar
+PyTorch's module sets in the same rounds (least_rows)."""
 import contextlib
 import ctypes
 import pathlib
@@ -174,6 +177,70 @@ def layer_rows(device):
     ]
 
 
+def least_rows(device):
+    """A norm module with parameters that want gradients, at the least it
+    can cost built as metalcore's are: a forward of only the checks
+    (_lib.admit), an autograd Function's C apply, the output's and the
+    statistics' allocations, the call plan's pointer writes, the library
+    call and the saves; then the same without the checks and without the
+    statistics' allocation (neither is a module metalcore could ship: what
+    each piece costs in place). Next to PyTorch's module and metalcore's."""
+    from metalcore import _autograd, _kernels, _lib
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(4, 64, device=device, dtype=dtype)
+    plans = {}
+
+    class LeastRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, forms, stats):
+            y = torch.empty_like(x)
+            rstd = torch.empty(x.shape[0], dtype=torch.float32, device=x.device) if stats else None
+            a = _lib.described(("rmsnorm", stats), (x, w, y, rstd), None, plans)
+            _lib.check(_kernels._rmsnorm_fwd(a[0], a[1], 1e-6, a[2], a[3], forms.queue()))
+            ctx.save_for_backward(x, w, rstd)
+            return y
+
+    class LeastLayerNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b, forms, stats):
+            y = torch.empty_like(x)
+            s = torch.empty(2 * x.shape[0], dtype=torch.float32, device=x.device) if stats else None
+            a = _lib.described(("layernorm", stats), (x, w, b, y, s, s), {4: 0, 5: 1}, plans)
+            _lib.check(_kernels._layernorm_fwd(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5], forms.queue()))
+            ctx.save_for_backward(x, w, b, s)
+            return y
+
+    class Least(torch.nn.Module):
+        def __init__(self, function, module, checks, stats):
+            super().__init__()
+            for name in ("weight", "bias"):
+                if getattr(module, name, None) is not None:
+                    self.register_parameter(name, getattr(module, name))
+            self.apply_, self.checks, self.stats = _autograd.direct(function), checks, stats
+            self.kept = _lib.admit(x, *self._parameters.values())[1]
+
+        def forward(self, x):
+            params = tuple(self._parameters.values())
+            return self.apply_(x, *params, _lib.admit(x, *params)[1] if self.checks else self.kept, self.stats)
+
+    def least(function, module, checks=True, stats=True):
+        m = Least(function, module, checks, stats)
+        return lambda: m(x)
+
+    rows = []
+    for name, theirs, ours, function in (
+            ("nn.RMSNorm", getattr(torch.nn, "RMSNorm", None), metalcore.nn.RMSNorm, LeastRMSNorm),
+            ("nn.LayerNorm", torch.nn.LayerNorm, metalcore.nn.LayerNorm, LeastLayerNorm)):
+        if theirs is None:
+            continue
+        theirs, ours = theirs(64).to(device, dtype), ours(64).to(device, dtype)
+        rows += [(f"PyTorch {name}", lambda m=theirs: m(x)), (f"metalcore {name}", lambda m=ours: m(x)),
+                 ("  the least module", least(function, ours)),
+                 ("  the least module without its checks", least(function, ours, checks=False)),
+                 ("  the least module without its statistics' allocation", least(function, ours, stats=False))]
+    return rows
+
+
 def from_c():
     """The rows of bench/launch_floor.c (the driver's launch of an empty
     kernel and the library's calls, timed in C), where a C compiler is
@@ -220,6 +287,14 @@ def main():
         if device == "cuda":
             for what, us in from_c():
                 print(f"| {what} | {us:.2f} |")
+        print(f"\n### The least a norm module can cost ({device})\n")
+        print("| module | µs | bar |")
+        print("|---|---:|---|")
+        rows = least_rows(device)
+        for (what, _), us in zip(rows, harness.interleaved_us([fn for _, fn in rows], CALLS, ROUNDS, device)):
+            if what.startswith("PyTorch"):
+                bar = max(1.5 * us, us + 5)
+            print(f"| {what} | {us:.2f} | {'' if what.startswith('PyTorch') else 'met' if us <= bar else 'NOT met'} |")
         print()
 
 
