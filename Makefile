@@ -292,8 +292,8 @@ bench: $(LIB)
 # PyTorch sees a GPU; python_ops and overrides_small need one. On a GPU machine without Go:
 # make PYTHON=python3 bench-python-host bench-python-ops bench-overrides-small bench-e2e
 PYBENCH = PYTHONPATH=overrides/python $(PYTHON)
-.PHONY: bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-overrides-small bench-llm-ops bench-llm-step bench-linalg bench-spaced-calls
-bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-overrides-small bench-llm-ops bench-llm-step bench-linalg bench-spaced-calls: bench-%:
+.PHONY: bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-overrides-small bench-llm-ops bench-llm-step bench-linalg bench-spaced-calls bench-fresh-output
+bench-python-host bench-python-ops bench-e2e bench-overrides-cpu bench-overrides-small bench-llm-ops bench-llm-step bench-linalg bench-spaced-calls bench-fresh-output: bench-%:
 	$(PYBENCH) bench/$(subst -,_,$*).py > bench/$(subst -,_,$*).md.tmp && mv bench/$(subst -,_,$*).md.tmp bench/$(subst -,_,$*).md
 
 # Two builds of the library on the CPU (bench/cpu_pool.py): POOL_BASE, a
