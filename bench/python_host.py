@@ -189,14 +189,18 @@ def least_rows(device):
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     x = torch.randn(4, 64, device=device, dtype=dtype)
     plans = {}
+    # the statistics' templates: empty_like of one expanded float32 is the
+    # cheapest fresh tensor of their shape (as _kernels' _row_stats makes them)
+    rstd_like, stats_like = (torch.empty(1, device=device).expand(k * x.shape[0]) for k in (1, 2))
 
     class LeastRMSNorm(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, w, forms, stats):
             y = torch.empty_like(x)
-            rstd = torch.empty(x.shape[0], dtype=torch.float32, device=x.device) if stats else None
+            rstd = torch.empty_like(rstd_like) if stats else None
             a = _lib.described(("rmsnorm", stats), (x, w, y, rstd), None, plans)
-            _lib.check(_kernels._rmsnorm_fwd(a[0], a[1], 1e-6, a[2], a[3], forms.queue()))
+            if _kernels._rmsnorm_fwd(a[0], a[1], 1e-6, a[2], a[3], forms.queue()):
+                raise RuntimeError(_lib.lib.mc_last_error().decode())
             ctx.save_for_backward(x, w, rstd)
             return y
 
@@ -204,9 +208,10 @@ def least_rows(device):
         @staticmethod
         def forward(ctx, x, w, b, forms, stats):
             y = torch.empty_like(x)
-            s = torch.empty(2 * x.shape[0], dtype=torch.float32, device=x.device) if stats else None
+            s = torch.empty_like(stats_like) if stats else None
             a = _lib.described(("layernorm", stats), (x, w, b, y, s, s), {4: 0, 5: 1}, plans)
-            _lib.check(_kernels._layernorm_fwd(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5], forms.queue()))
+            if _kernels._layernorm_fwd(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5], forms.queue()):
+                raise RuntimeError(_lib.lib.mc_last_error().decode())
             ctx.save_for_backward(x, w, b, s)
             return y
 
