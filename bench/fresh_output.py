@@ -8,12 +8,11 @@ one, and PyTorch's Cholesky at its faster thread count.
     python3 bench/fresh_output.py > bench/fresh_output.md
 
 Every round measures each call in turn, in the table's order (the median
-of 7 calls, 3 for PyTorch's Cholesky), so that a slow spell of the host
+of 7 calls after an untimed one, harness.timed; 3 for PyTorch's
+Cholesky), so that a slow spell of the host
 falls on all of them alike; the table gives every round, since the host's
 spells are the point."""
 import ctypes
-import statistics
-import time
 
 import torch
 
@@ -36,21 +35,12 @@ def advised(t):
     return t
 
 
-def median_ms(fn, calls):
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def torch_cholesky_ms(a):
     """PyTorch's call at its faster setting, 1 thread or metalcore's count."""
     best = []
     for threads in (1, metalcore.cpu_threads()):
         torch.set_num_threads(threads)
-        best.append(median_ms(lambda: torch.linalg.cholesky_ex(a), 3))
+        best.append(harness.timed(lambda: torch.linalg.cholesky_ex(a), "cpu", 3))
     torch.set_num_threads(metalcore.cpu_threads())
     return min(best)
 
@@ -67,16 +57,17 @@ def main():
     # call whole huge ones), and a same-run comparison runs one after the other
     calls = [
         lambda: torch_cholesky_ms(a),
-        lambda: median_ms(lambda: advised(torch.empty_like(a)).fill_(1.0), 7),
-        lambda: median_ms(lambda: metalcore.linalg.cholesky_ex(a), 7),
-        lambda: median_ms(lambda: torch.empty_like(a).fill_(1.0), 7),
-        lambda: median_ms(lambda: a.clone(), 7),
-        lambda: median_ms(lambda: warm.copy_(a), 7),
+        lambda: harness.timed(lambda: advised(torch.empty_like(a)).fill_(1.0), "cpu", 7),
+        lambda: harness.timed(lambda: metalcore.linalg.cholesky_ex(a), "cpu", 7),
+        lambda: harness.timed(lambda: torch.empty_like(a).fill_(1.0), "cpu", 7),
+        lambda: harness.timed(lambda: a.clone(), "cpu", 7),
+        lambda: harness.timed(lambda: warm.copy_(a), "cpu", 7),
     ]
     theirs, huge, ours, fill, clone, copy = harness.interleaved(calls, ROUNDS, lambda measure: measure())
     print("# A large fresh result on the CPU: the Cholesky call against the writes of its memory\n")
     print(f"metalcore {metalcore.__version__}, PyTorch {torch.__version__}, {where}; "
-          "`python3 bench/fresh_output.py`. Milliseconds, each the median of 7 calls (PyTorch's Cholesky: 3, "
+          "`python3 bench/fresh_output.py`. Milliseconds, each the median of 7 calls after an untimed one "
+          "(PyTorch's Cholesky: 3, "
           "at 1 thread and at metalcore's count, the faster taken), every round taking the calls in the "
           "columns' order. "
           f"The input: {BATCH} x {N}² float32, positive definite; every call's result is a fresh "

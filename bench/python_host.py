@@ -199,8 +199,9 @@ def least_rows(device):
             y = torch.empty_like(x)
             rstd = torch.empty_like(rstd_like) if stats else None
             a = _lib.described(("rmsnorm", stats), (x, w, y, rstd), None, plans)
-            if _kernels._rmsnorm_fwd(a[0], a[1], 1e-6, a[2], a[3], forms.queue()):
-                raise RuntimeError(_lib.lib.mc_last_error().decode())
+            status = _kernels._rmsnorm_fwd(a[0], a[1], 1e-6, a[2], a[3], forms.queue())
+            if status:
+                _lib.fail(status)
             ctx.save_for_backward(x, w, rstd)
             return y
 
@@ -210,8 +211,9 @@ def least_rows(device):
             y = torch.empty_like(x)
             s = torch.empty_like(stats_like) if stats else None
             a = _lib.described(("layernorm", stats), (x, w, b, y, s, s), {4: 0, 5: 1}, plans)
-            if _kernels._layernorm_fwd(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5], forms.queue()):
-                raise RuntimeError(_lib.lib.mc_last_error().decode())
+            status = _kernels._layernorm_fwd(a[0], a[1], a[2], 1e-5, a[3], a[4], a[5], forms.queue())
+            if status:
+                _lib.fail(status)
             ctx.save_for_backward(x, w, b, s)
             return y
 
