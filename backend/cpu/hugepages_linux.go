@@ -34,13 +34,15 @@ func init() {
 
 // hugePagesAsked reports whether outputs are to be advised: unless setting
 // is "0", where the kernel's setting (read from path) is "madvise" (with
-// "always" large memory has huge pages already; with "never" it never does).
+// "always" large memory has huge pages already; with "never" it never
+// does), or cannot be read: a root without /sys (a chroot) runs on a kernel
+// that still honours the advice, and one without THP refuses it harmlessly.
 func hugePagesAsked(setting, path string) bool {
 	if setting == "0" {
 		return false
 	}
 	mode, err := os.ReadFile(path)
-	return err == nil && strings.Contains(string(mode), "[madvise]")
+	return err != nil || strings.Contains(string(mode), "[madvise]")
 }
 
 // adviseHugePages advises huge pages for the whole 2 MiB pages of v's

@@ -27,7 +27,11 @@ func TestHugePagesAsked(t *testing.T) {
 			t.Errorf("MC_CPU_HUGEPAGES=%q, THP %q: asked %v, want %v", c.setting, c.mode, got, c.want)
 		}
 	}
-	if hugePagesAsked("", filepath.Join(dir, "missing")) {
-		t.Error("no THP setting to read: asked, want not")
+	missing := filepath.Join(dir, "missing")
+	if !hugePagesAsked("", missing) {
+		t.Error("no THP setting to read: not asked, want asked")
+	}
+	if hugePagesAsked("0", missing) {
+		t.Error("MC_CPU_HUGEPAGES=0, no THP setting to read: asked, want not")
 	}
 }
