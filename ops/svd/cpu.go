@@ -108,21 +108,7 @@ type matrixIO struct {
 func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float32 {
 	m, n := io.s.m, io.s.n
 	src := io.a.At(b*m*n).Load(0, sc.Buf(bufRaw, m*n))
-	// the largest magnitude: as magnitudes, float32s order as their bits do
-	// (an infinity's above every finite one's, a NaN's above that), four
-	// maxima at a time
-	var t0, t1, t2, t3 uint32
-	i := 0
-	for ; i+4 <= len(src); i += 4 {
-		t0 = max(t0, math.Float32bits(src[i])&0x7fffffff)
-		t1 = max(t1, math.Float32bits(src[i+1])&0x7fffffff)
-		t2 = max(t2, math.Float32bits(src[i+2])&0x7fffffff)
-		t3 = max(t3, math.Float32bits(src[i+3])&0x7fffffff)
-	}
-	for ; i < len(src); i++ {
-		t0 = max(t0, math.Float32bits(src[i])&0x7fffffff)
-	}
-	bits := max(t0, t1, t2, t3)
+	bits := cpu.MaxMagnitude(src)
 	if bits >= 0x7f800000 { // an entry not finite
 		clear(bm)
 		return float32(math.NaN())
