@@ -1,5 +1,5 @@
 // Batched symmetric eigendecomposition by parallel cyclic Jacobi: a matrix
-// (its upper triangle) in shared memory, row stride n + 1; a warp per
+// (its upper triangle) in shared memory (row stride eigh_ld); a warp per
 // matrix up to order 32 (eigh_warp16, eigh_warp: several a block), each
 // lane holding its row of V in registers, a block per matrix above (eigh),
 // V in shared memory. A sweep is the players - 1 steps of the
@@ -20,12 +20,20 @@
 
 MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x); }
 
+// A's row stride in shared memory (and V's, where it is there): n + 1 in
+// the block's kernel, which keeps V's rows and columns free of bank
+// conflicts; in a warp's, where a step's accesses go to its pairs' and
+// pairs of pairs' entries, the stride whose words for them share banks
+// least, counted over a sweep (bench/linalg-tuning.md; ops/eigh/gpu.go's
+// rowStride).
+template <int REG> MC_DEVICE int eigh_ld(int n) { return REG == 32 ? 38 : REG == 16 ? 22 : n + 1; }
+
 // The floats of shared memory one matrix takes: A and, in shared memory,
-// V (n (n + 1) each), each pair's cosine, two sines and indices, the
+// V (n rows of ld each), each pair's cosine, two sines and indices, the
 // ranks, the pairs of pairs, and mc_block_sum's scratch (ops/eigh/gpu.go's
 // matrixBytes).
-MC_DEVICE int eigh_floats(int n, bool shared_v, int pairs) {
-    return n * (n + 1) * (shared_v ? 2 : 1) + 5 * pairs + n + pairs * (pairs - 1) / 2 + MC_BLOCK_SUM_SCRATCH;
+MC_DEVICE int eigh_floats(int n, int ld, bool shared_v, int pairs) {
+    return n * ld * (shared_v ? 2 : 1) + 5 * pairs + n + pairs * (pairs - 1) / 2 + MC_BLOCK_SUM_SCRATCH;
 }
 
 template <bool WARP> MC_DEVICE void eigh_sync() {
@@ -47,7 +55,8 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                            MC_GLOBAL void* v_, MC_GLOBAL int* info, int n, int upper, int vectors, mc_i64 b) {
     typedef typename D::T T;
     const bool WARP = REG > 0;
-    int ld = n + 1, nn = n * n, players = eigh_players<REG>(n), pairs = players / 2, blocks = pairs * (pairs - 1) / 2;
+    int ld = eigh_ld<REG>(n), nn = n * n, players = eigh_players<REG>(n), pairs = players / 2,
+        blocks = pairs * (pairs - 1) / 2;
     bool shared_v = vectors && !WARP;
     MC_GROUP float* A = M;
     MC_GROUP float* V = A + n * ld;
@@ -217,7 +226,7 @@ MC_DEVICE void eigh_warps(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, 
     int warp = MC_TID >> 5;
     mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS >> 5) + warp;
     if (b >= batch) return;  // the whole warp: nothing below waits for the others
-    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * eigh_floats(n, false, REG / 2);
+    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * eigh_floats(n, eigh_ld<REG>(n), false, REG / 2);
     eigh_matrix<D, REG>(id, MC_TID & 31, 32, M, a, w, v, info, n, upper, vectors, b);
 }
 template <class D>

@@ -13,16 +13,28 @@ const (
 	blockSumScratch = 33
 )
 
+// rowStride is eigh.cu's eigh_ld: A's row stride in shared memory for a
+// warp's kernel of players players, or the block's (players 0).
+func rowStride(n, players int) int {
+	switch players {
+	case 32:
+		return 38
+	case 16:
+		return 22
+	}
+	return n + 1
+}
+
 // matrixBytes is the shared memory one matrix takes (eigh.cu's
 // eigh_floats) with pairs pairs a step: A and, where V is in shared
-// memory, V at n (n + 1) floats each, each pair's rotation and indices,
+// memory, V at n rows of ld floats each, each pair's rotation and indices,
 // the ranks, the pairs of pairs and a reduction's scratch.
-func matrixBytes(n int, sharedV bool, pairs int) int {
+func matrixBytes(n, ld int, sharedV bool, pairs int) int {
 	mats := 1
 	if sharedV {
 		mats = 2
 	}
-	return (mats*n*(n+1) + 5*pairs + n + pairs*(pairs-1)/2 + blockSumScratch) * 4
+	return (mats*n*ld + 5*pairs + n + pairs*(pairs-1)/2 + blockSumScratch) * 4
 }
 
 // gpuLaunch is the launch for s, or an unsupported-layout error where one
@@ -34,13 +46,13 @@ func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
 		if n <= 16 {
 			kernel, players = "eigh_warp16", 16
 		}
-		per := matrixBytes(n, false, players/2)
+		per := matrixBytes(n, rowStride(n, players), false, players/2)
 		warps := max(1, min(warpsPerBlock, most/per))
 		return dialect.Blocks{Kernel: kernel, Blocks: (s.batch + warps - 1) / warps, Threads: 32 * warps,
 			Shared: warps * per}, nil
 	}
 	pairs := (n + 1) / 2
-	per := matrixBytes(n, s.vectors, pairs)
+	per := matrixBytes(n, rowStride(n, 0), s.vectors, pairs)
 	if per > most {
 		return dialect.Blocks{}, core.Errorf(core.ErrUnsupportedLayout, "a's matrices are %d x %d; with their eigenvectors "+
 			"they need %d bytes of the GPU's shared memory, and the kernel takes up to %d", n, n, per, most)
