@@ -627,7 +627,7 @@ func TestMetalSimCholesky(t *testing.T) {
 func TestMetalSimEigh(t *testing.T) {
 	rng := tu.RNG(t)
 	for _, dt := range tu.DTypes {
-		for _, n := range []int{1, 5, 16, 32, 33, 48} {
+		for _, n := range []int{1, 5, 16, 24, 32, 33, 48} {
 			s := newSimRun(t)
 			vals := make([]float64, 3*n*n)
 			for m := range 3 {

@@ -1,8 +1,8 @@
 // Batched symmetric eigendecomposition by parallel cyclic Jacobi: a matrix
-// (its upper triangle) in shared memory (row stride eigh_ld); a warp per
-// matrix up to order 32 (eigh_warp16, eigh_warp: several a block), each
-// lane holding its row of V in registers, a block per matrix above (eigh),
-// V in shared memory. A sweep is the players - 1 steps of the
+// (its upper triangle) in shared memory (row stride eigh_ld); up to order
+// 32 a warp per matrix (eigh_warp16: two a warp, eigh_warp24 and
+// eigh_warp: one; several a block), each lane holding its row of V in registers; a block per
+// matrix above (eigh), V in shared memory. A sweep is the players - 1 steps of the
 // round-robin tournament over the n indices (rounded up to even: the
 // extra one a bye), each step rotating its disjoint pairs at once in two
 // phases: each pair's thread chooses its rotation (none where a_pq is zero
@@ -26,7 +26,11 @@ MC_DEVICE bool eigh_before(float x, float y) { return x < y || (y != y && x == x
 // pairs of pairs' entries, the stride whose words for them share banks
 // least, counted over a sweep (bench/linalg-tuning.md; ops/eigh/gpu.go's
 // rowStride).
-template <int REG> MC_DEVICE int eigh_ld(int n) { return REG == 32 ? 38 : REG == 16 ? 22 : n + 1; }
+template <int REG> MC_DEVICE int eigh_ld(int n) { return REG == 32 ? 38 : REG == 24 ? 26 : REG == 16 ? 22 : n + 1; }
+
+// The lanes a warp's kernel gives a matrix: REG where two matrices share
+// a warp (REG 16), else the warp's 32 (those past REG hold no row).
+template <int REG> MC_DEVICE int eigh_lanes() { return REG == 16 ? 16 : 32; }
 
 // The floats of shared memory one matrix takes: A and, in shared memory,
 // V (n rows of ld each), each pair's cosine, two sines and indices, the
@@ -41,18 +45,25 @@ template <bool WARP> MC_DEVICE void eigh_sync() {
     else MC_BARRIER();
 }
 
+// The sum over a matrix's threads: its lanes (a warp, or half of one), or
+// the block's (REG 0).
+template <int REG> MC_DEVICE float eigh_sum(MC_IDS, float v, MC_GROUP float* scratch) {
+    return REG > 0 ? mc_group_sum(v, eigh_lanes<REG>()) : mc_block_sum(id, v, scratch);
+}
+
 // The tournament's players for a matrix of order n: REG where V is in
 // registers (a warp's kernel: REG - n byes), else n rounded up to even.
 template <int REG> MC_DEVICE int eigh_players(int n) { return REG > 0 ? REG : 2 * ((n + 1) / 2); }
 
 // Matrix b of a, its shared memory at M, by threads t of nt: the block
-// (REG 0), or a warp (REG 16 or 32 players, lane t keeping row t of V in
+// (REG 0), or a warp (REG 16, 24 or 32 players, lane t keeping row t of V in
 // vr, slot j the column of the index at tournament position j: a step's
 // pair k is slots k and REG - 1 - k, and the slots turn as the positions
 // do, back to the identity at the end of a sweep).
 template <class D, int REG>
 MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL const void* a_, MC_GLOBAL void* w_,
-                           MC_GLOBAL void* v_, MC_GLOBAL int* info, int n, int upper, int vectors, mc_i64 b) {
+                           MC_GLOBAL void* v_, MC_GLOBAL int* info, int n, int upper, int vectors, mc_i64 b,
+                           bool live) {
     typedef typename D::T T;
     const bool WARP = REG > 0;
     int ld = eigh_ld<REG>(n), nn = n * n, players = eigh_players<REG>(n), pairs = players / 2,
@@ -68,12 +79,12 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
     MC_GROUP int* rank = Q + pairs;
     MC_GROUP int* K = rank + n;  // block e's pairs (k, k2), k < k2, as k | k2 << 16
     MC_GROUP float* scratch = (MC_GROUP float*)(K + blocks);
-    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + b * nn;
+    MC_GLOBAL const T* a = (MC_GLOBAL const T*)a_ + (live ? b : 0) * nn;
     float bad = 0.f, inv_n = 1.f / (float)n;
     for (int e = t; e < nn; e += nt) {
         int r = e / n, c = e - r * n;
         if (upper ? c >= r : c <= r) {
-            float x = D::load(a + e);
+            float x = live ? D::load(a + e) : 0.f;
             A[upper ? r * ld + c : c * ld + r] = x;
             if (!(x * 0.f == 0.f)) bad = 1.f;  // NaN or infinite
         }
@@ -89,16 +100,19 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
         K[e] = (e - k2 * (k2 - 1) / 2) | k2 << 16;
     }
     eigh_sync<WARP>();
-    bool finite = (WARP ? mc_warp_sum(bad) : mc_block_sum(id, bad, scratch)) == 0.f;
+    bool finite = eigh_sum<REG>(id, bad, scratch) == 0.f;
     bool converged = !finite;
-    for (int sweep = 0; sweep < EIGH_MAX_SWEEPS && !converged; sweep++) {
+    // a warp's matrices sweep until the last converges, those done before
+    // it taking no rotations
+    for (int sweep = 0; sweep < EIGH_MAX_SWEEPS && !(WARP ? mc_warp_sum(converged ? 0.f : 1.f) == 0.f : converged);
+         sweep++) {
         float rotated = 0.f;
         for (int step = 0; step < players - 1; step++) {
             for (int k = t; k < pairs; k += nt) {  // each pair's rotation, and its own 2 x 2 block
                 int p, q;
                 mc_pair(k, step, players, p, q);
                 float c = 1.f, s = 0.f;
-                if (q < n) {
+                if (q < n && !converged) {
                     float apq = A[p * ld + q], app = A[p * ld + p], aqq = A[q * ld + q];
                     float g = 100.f * fabsf(apq);
                     if (apq != 0.f && !(fabsf(app) + g == fabsf(app) && fabsf(aqq) + g == fabsf(aqq))) {
@@ -169,7 +183,7 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
             }
             eigh_sync<WARP>();
         }
-        converged = (WARP ? mc_warp_sum(rotated) : mc_block_sum(id, rotated, scratch)) == 0.f;
+        converged = eigh_sum<REG>(id, rotated, scratch) == 0.f;
     }
     for (int i = t; i < n; i += nt) {
         float x = A[i * ld + i];
@@ -181,10 +195,11 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
         rank[i] = r;
     }
     eigh_sync<WARP>();
-    if (t == 0) info[b] = finite && converged ? 0 : 1;
+    if (!live) b = 0;  // its stores below are skipped; its barriers kept
+    if (t == 0 && live) info[b] = finite && converged ? 0 : 1;
     float nan = mc_inf() - mc_inf();
     MC_GLOBAL T* w = (MC_GLOBAL T*)w_ + b * n;
-    for (int i = t; i < n; i += nt) D::store(w + rank[i], finite ? A[i * ld + i] : nan);
+    for (int i = t; live && i < n; i += nt) D::store(w + rank[i], finite ? A[i * ld + i] : nan);
     if (!vectors) return;
     MC_GLOBAL T* v = (MC_GLOBAL T*)v_ + b * nn;
     if (WARP) {
@@ -198,7 +213,7 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
                 if (j < n) A[t * ld + rank[j]] = finite ? vr[j] : nan;
         eigh_sync<WARP>();
         for (int r = 0; r < n; r++)
-            if (t < n) D::store(v + r * n + t, A[r * ld + t]);
+            if (live && t < n) D::store(v + r * n + t, A[r * ld + t]);
         return;
     }
     for (int e = t; e < nn; e += nt) {
@@ -211,23 +226,26 @@ MC_DEVICE void eigh_matrix(MC_IDS, int t, int nt, MC_GROUP float* M, MC_GLOBAL c
 template <class D>
 MC_DEVICE void eigh(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
                     MC_GLOBAL int* info, int n, int upper, int vectors, int) {
-    eigh_matrix<D, 0>(id, MC_TID, MC_NTHREADS, (MC_GROUP float*)S4, a, w, v, info, n, upper, vectors, MC_BLOCK);
+    eigh_matrix<D, 0>(id, MC_TID, MC_NTHREADS, (MC_GROUP float*)S4, a, w, v, info, n, upper, vectors, MC_BLOCK, true);
 }
 MC_INSTANTIATE_DYNAMIC(eigh, float4, ,
                        (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
                         int upper, int vectors, int batch),
                        (a, w, v, info, n, upper, vectors, batch))
 
-// A warp per matrix, up to order REG (16 or 32): the block's warps each
-// take one.
+// A warp per matrix up to order 32 (REG 24 or 32 players), two up to
+// order 16 (REG 16, a half-warp each, where one left the other half idle):
+// the block's warps each take theirs. A half past the batch's end keeps
+// the barriers.
 template <class D, int REG>
 MC_DEVICE void eigh_warps(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
                           MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
-    int warp = MC_TID >> 5;
-    mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS >> 5) + warp;
-    if (b >= batch) return;  // the whole warp: nothing below waits for the others
-    MC_GROUP float* M = (MC_GROUP float*)S4 + warp * eigh_floats(n, eigh_ld<REG>(n), false, REG / 2);
-    eigh_matrix<D, REG>(id, MC_TID & 31, 32, M, a, w, v, info, n, upper, vectors, b);
+    const int LANES = eigh_lanes<REG>();
+    int sub = (MC_TID & 31) / LANES, slot = (MC_TID >> 5) * (32 / LANES) + sub;  // the block's matrix
+    mc_i64 b = (mc_i64)MC_BLOCK * (MC_NTHREADS / LANES) + slot;
+    if (b - sub >= batch) return;  // the whole warp: nothing below waits for the others
+    MC_GROUP float* M = (MC_GROUP float*)S4 + slot * eigh_floats(n, eigh_ld<REG>(n), false, REG / 2);
+    eigh_matrix<D, REG>(id, MC_TID & (LANES - 1), LANES, M, a, w, v, info, n, upper, vectors, b, b < batch);
 }
 template <class D>
 MC_DEVICE void eigh_warp16(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
@@ -235,6 +253,15 @@ MC_DEVICE void eigh_warp16(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a,
     eigh_warps<D, 16>(id, S4, a, w, v, info, n, upper, vectors, batch);
 }
 MC_INSTANTIATE_DYNAMIC(eigh_warp16, float4, ,
+                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
+                        int upper, int vectors, int batch),
+                       (a, w, v, info, n, upper, vectors, batch))
+template <class D>
+MC_DEVICE void eigh_warp24(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
+                           MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
+    eigh_warps<D, 24>(id, S4, a, w, v, info, n, upper, vectors, batch);
+}
+MC_INSTANTIATE_DYNAMIC(eigh_warp24, float4, ,
                        (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
                         int upper, int vectors, int batch),
                        (a, w, v, info, n, upper, vectors, batch))

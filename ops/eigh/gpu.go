@@ -5,8 +5,9 @@ import (
 	"metalcore/internal/core"
 )
 
-// Up to warpOrder a warp per matrix, up to warpsPerBlock of them a block;
-// blockSumScratch is the dialect's MC_BLOCK_SUM_SCRATCH.
+// Up to warpOrder a warp per matrix (two up to order 16), up to
+// warpsPerBlock warps a block; blockSumScratch is the dialect's
+// MC_BLOCK_SUM_SCRATCH.
 const (
 	warpOrder       = 32
 	warpsPerBlock   = 4
@@ -19,6 +20,8 @@ func rowStride(n, players int) int {
 	switch players {
 	case 32:
 		return 38
+	case 24:
+		return 26
 	case 16:
 		return 22
 	}
@@ -41,15 +44,20 @@ func matrixBytes(n, ld int, sharedV bool, pairs int) int {
 // matrix would pass most bytes of shared memory.
 func gpuLaunch(s shapes, most int) (dialect.Blocks, error) {
 	n := s.n
-	if n <= warpOrder { // V in each lane's registers: 16 or 32 players (byes past n)
+	if n <= warpOrder { // V in each lane's registers: 16, 24 or 32 players (byes past n)
 		kernel, players := "eigh_warp", 32
-		if n <= 16 {
+		switch {
+		case n <= 16:
 			kernel, players = "eigh_warp16", 16
+		case n <= 24:
+			kernel, players = "eigh_warp24", 24
 		}
 		per := matrixBytes(n, rowStride(n, players), false, players/2)
-		warps := max(1, min(warpsPerBlock, most/per))
-		return dialect.Blocks{Kernel: kernel, Blocks: (s.batch + warps - 1) / warps, Threads: 32 * warps,
-			Shared: warps * per}, nil
+		perWarp := 32 / players // two matrices at 16 players
+		warps := max(1, min(warpsPerBlock, most/(perWarp*per)))
+		mats := warps * perWarp
+		return dialect.Blocks{Kernel: kernel, Blocks: (s.batch + mats - 1) / mats, Threads: 32 * warps,
+			Shared: mats * per}, nil
 	}
 	pairs := (n + 1) / 2
 	per := matrixBytes(n, rowStride(n, 0), s.vectors, pairs)
