@@ -228,10 +228,11 @@ MC_DEVICE void eigh(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLO
                     MC_GLOBAL int* info, int n, int upper, int vectors, int) {
     eigh_matrix<D, 0>(id, MC_TID, MC_NTHREADS, (MC_GROUP float*)S4, a, w, v, info, n, upper, vectors, MC_BLOCK, true);
 }
-MC_INSTANTIATE_DYNAMIC(eigh, float4, ,
-                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
-                        int upper, int vectors, int batch),
-                       (a, w, v, info, n, upper, vectors, batch))
+#define EIGH_PARAMS                                                                                        \
+    (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n, int upper, \
+     int vectors, int batch)
+#define EIGH_ARGS (a, w, v, info, n, upper, vectors, batch)
+MC_INSTANTIATE_DYNAMIC(eigh, float4, , EIGH_PARAMS, EIGH_ARGS)
 
 // A warp per matrix up to order 32 (REG 24 or 32 players), two up to
 // order 16 (REG 16, a half-warp each, where one left the other half idle):
@@ -247,30 +248,16 @@ MC_DEVICE void eigh_warps(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, 
     MC_GROUP float* M = (MC_GROUP float*)S4 + slot * eigh_floats(n, eigh_ld<REG>(n), false, REG / 2);
     eigh_matrix<D, REG>(id, MC_TID & (LANES - 1), LANES, M, a, w, v, info, n, upper, vectors, b, b < batch);
 }
-template <class D>
-MC_DEVICE void eigh_warp16(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
-                           MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
-    eigh_warps<D, 16>(id, S4, a, w, v, info, n, upper, vectors, batch);
-}
-MC_INSTANTIATE_DYNAMIC(eigh_warp16, float4, ,
-                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
-                        int upper, int vectors, int batch),
-                       (a, w, v, info, n, upper, vectors, batch))
-template <class D>
-MC_DEVICE void eigh_warp24(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
-                           MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
-    eigh_warps<D, 24>(id, S4, a, w, v, info, n, upper, vectors, batch);
-}
-MC_INSTANTIATE_DYNAMIC(eigh_warp24, float4, ,
-                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
-                        int upper, int vectors, int batch),
-                       (a, w, v, info, n, upper, vectors, batch))
-template <class D>
-MC_DEVICE void eigh_warp(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v,
-                         MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {
-    eigh_warps<D, 32>(id, S4, a, w, v, info, n, upper, vectors, batch);
-}
-MC_INSTANTIATE_DYNAMIC(eigh_warp, float4, ,
-                       (MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, MC_GLOBAL int* info, int n,
-                        int upper, int vectors, int batch),
-                       (a, w, v, info, n, upper, vectors, batch))
+// The kernels eigh_warp16, eigh_warp24 and eigh_warp (32 players).
+#define EIGH_WARP(NAME, REG)                                                                                        \
+    template <class D>                                                                                              \
+    MC_DEVICE void NAME(MC_IDS, MC_GROUP float4* S4, MC_GLOBAL const void* a, MC_GLOBAL void* w, MC_GLOBAL void* v, \
+                        MC_GLOBAL int* info, int n, int upper, int vectors, int batch) {                            \
+        eigh_warps<D, REG>(id, S4, a, w, v, info, n, upper, vectors, batch);                                        \
+    }
+EIGH_WARP(eigh_warp16, 16)
+EIGH_WARP(eigh_warp24, 24)
+EIGH_WARP(eigh_warp, 32)
+MC_INSTANTIATE_DYNAMIC(eigh_warp16, float4, , EIGH_PARAMS, EIGH_ARGS)
+MC_INSTANTIATE_DYNAMIC(eigh_warp24, float4, , EIGH_PARAMS, EIGH_ARGS)
+MC_INSTANTIATE_DYNAMIC(eigh_warp, float4, , EIGH_PARAMS, EIGH_ARGS)
