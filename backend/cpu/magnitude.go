@@ -21,3 +21,18 @@ func MaxMagnitude(x []float32) uint32 {
 	}
 	return max(t0, t1, t2, t3)
 }
+
+// ScalePow2 sets dst = src * scale, scale a power of two (MaxMagnitude's
+// 2^-e): each product exact but where it is subnormal, rounded once. By
+// Normalize where scale is a normal float32 (the float32 product is the
+// same, and cheaper), else in float64 (a scale past float32's range).
+func ScalePow2(dst, src []float32, scale float64) {
+	if s := float32(scale); s >= 0x1p-126 && s <= 0x1p127 {
+		K().Normalize(dst, src, nil, nil, 0, s)
+		return
+	}
+	dst = dst[:len(src)]
+	for i, x := range src {
+		dst[i] = float32(float64(x) * scale)
+	}
+}

@@ -123,13 +123,7 @@ func (io matrixIO) load(b int, bm []float32, byRows bool, sc *cpu.Scratch) float
 	// B is A (tall) or Aᵀ (wide): A's rows are B's rows by rows, or B's
 	// columns by columns
 	if (m >= n) == byRows {
-		if s := float32(scale); s >= 0x1p-126 && s <= 0x1p127 { // a float32 product is the same, and cheaper
-			cpu.K().Normalize(bm[:len(src)], src, nil, nil, 0, s) // bm = src * s
-		} else {
-			for i, x := range src {
-				bm[i] = float32(float64(x) * scale)
-			}
-		}
+		cpu.ScalePow2(bm[:len(src)], src, scale)
 	} else {
 		for i := range m {
 			for j, x := range src[i*n : (i+1)*n] {

@@ -40,7 +40,7 @@ func New(n int) *Solver {
 // did not converge. With vectors, w ends with the eigenvectors in its rows,
 // in the eigenvalues' order; without, w is scratch.
 func (t *Solver) Decompose(w []float32, vectors bool) ([]float64, int32) {
-	n, k := t.n, cpu.K()
+	n := t.n
 	if n == 0 {
 		return t.dd, 0
 	}
@@ -48,12 +48,8 @@ func (t *Solver) Decompose(w []float32, vectors bool) ([]float64, int32) {
 	// so that the reduction's sums of a row's magnitudes and squares
 	// neither overflow nor vanish; the eigenvalues are scaled back
 	_, exp := math.Frexp(float64(math.Float32frombits(cpu.MaxMagnitude(w[:n*n]))))
-	if scale := math.Ldexp(1, -exp); exp != 0 && scale <= math.MaxFloat32 {
-		k.Normalize(w[:n*n], w[:n*n], nil, nil, 0, float32(scale)) // w *= scale, exact but where subnormal
-	} else if exp != 0 { // a subnormal amax: a scale past float32's range
-		for i, x := range w[:n*n] {
-			w[i] = float32(float64(x) * scale)
-		}
+	if exp != 0 {
+		cpu.ScalePow2(w[:n*n], w[:n*n], math.Ldexp(1, -exp))
 	}
 	t.reduce(w)
 	var info int32
