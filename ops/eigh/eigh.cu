@@ -1,19 +1,19 @@
 // Batched symmetric eigendecomposition by parallel cyclic Jacobi: a matrix
 // (its upper triangle) in shared memory (row stride eigh_ld); up to order
-// 32 a warp per matrix (eigh_warp16: two a warp, eigh_warp24 and
-// eigh_warp: one; several a block), each lane holding its row of V in registers; a block per
-// matrix above (eigh), V in shared memory. A sweep is the players - 1 steps of the
-// round-robin tournament over the n indices (rounded up to even: the
-// extra one a bye), each step rotating its disjoint pairs at once in two
-// phases: each pair's thread chooses its rotation (none where a_pq is zero
-// or negligible beside both diagonal entries) and diagonalizes its own
-// 2 x 2 block; then every 2 x 2 block between two pairs (k < k', in the
-// upper triangle) takes both rotations, J_kᵀ B J_k', and every row of V
-// its pairs' rotations. The sweeps end after one whose rotations all had
-// tangents at most EIGH_STOP_TAN (simd.EighStopTan, 2^-12: convergence is
-// quadratic, and what is left off the diagonal is about their squares). The
-// eigenvalues leave ranked (ascending, NaN last, ties by index) with their
-// columns of V.
+// 32 a warp per matrix (eigh_warp16: two a warp, eigh_warp24 and eigh_warp:
+// one; several a block), each lane holding its row of V in registers; a
+// block per matrix above (eigh), V in shared memory. A sweep is the
+// players - 1 steps of the round-robin tournament over the n indices
+// (rounded up to even: the extra one a bye), each step rotating its
+// disjoint pairs at once in two phases: each pair's thread chooses its
+// rotation (none where a_pq is zero or negligible beside both diagonal
+// entries) and diagonalizes its own 2 x 2 block; then every 2 x 2 block
+// between two pairs (k < k', in the upper triangle) takes both rotations,
+// J_kᵀ B J_k', and every row of V its pairs' rotations. The sweeps end
+// after one whose rotations all had tangents at most EIGH_STOP_TAN
+// (simd.EighStopTan, 2^-12: convergence is quadratic, and what is left off
+// the diagonal is about their squares). The eigenvalues leave ranked
+// (ascending, NaN last, ties by index) with their columns of V.
 #define EIGH_MAX_SWEEPS 40
 #define EIGH_STOP_TAN 0.000244140625f
 #define EIGH_WARPS 4
